@@ -1,0 +1,120 @@
+"""The ``onnxruntime`` builder: an ORT-optimised model for the node's execution provider.
+
+Build = an ``InferenceSession`` with full graph optimisation writing ``optimized_model_filepath``; load = a new
+session on the artifact plus one inference on zeros of the opt shapes. ``--ort-provider`` picks the execution
+provider (``cpu`` here; ``cuda`` or ``tensorrt`` on a GPU node with onnxruntime-gpu). This is the builder CI drives
+end to end.
+"""
+
+from __future__ import annotations
+
+import logging
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from trtwarm import gpu
+from trtwarm.builders import Builder
+from trtwarm.errors import BuildError, ConfigError, EntryInvalid
+from trtwarm.model import ModelFacts
+
+log = logging.getLogger("trtwarm.build")
+PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}
+_DTYPES = {"float": "float32", "float16": "float16", "double": "float64", "int64": "int64", "int32": "int32",
+           "int8": "int8", "uint8": "uint8", "bool": "bool", "bfloat16": "float32"}
+
+
+def ort_version() -> tuple[str, str]:
+    """Return ``(distribution, version)`` of the installed ONNX Runtime, without importing it."""
+    for dist in ("onnxruntime", "onnxruntime-gpu"):
+        try:
+            return dist, metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    raise ConfigError("onnxruntime is not installed", hint="pip install onnxruntime (or onnxruntime-gpu)")
+
+
+class OrtBuilder(Builder):
+    """Build an optimised ONNX model with ONNX Runtime."""
+
+    name = "onnxruntime"
+    engine_filename = "model.ort.onnx"
+    precisions = ("fp32",)
+    default_precision = "fp32"
+
+    def _provider(self) -> str:
+        provider = PROVIDERS.get(self.settings.ort_provider)
+        if provider is None:
+            raise ConfigError(f"unknown --ort-provider {self.settings.ort_provider!r}",
+                              hint=f"choose one of: {', '.join(PROVIDERS)}")
+        return provider
+
+    def identity(self) -> dict[str, Any]:
+        """Name, distribution and exact version of ONNX Runtime, and the execution provider."""
+        dist, version = ort_version()
+        return {"name": "onnxruntime", "version": version, "distribution": dist,
+                "provider": self._provider(), "graph_optimization": "all"}
+
+    def device(self) -> dict[str, Any]:
+        """The CPU for the CPU provider, else this container's GPU."""
+        if self.settings.ort_provider == "cpu":
+            from trtwarm.device import cpu_fields
+
+            return cpu_fields()
+        return gpu.key_fields(gpu.current(self.settings.environ))
+
+    def _session(self, path: Path, options: Any) -> Any:
+        import onnxruntime as ort
+
+        provider = self._provider()
+        if provider not in ort.get_available_providers():
+            raise ConfigError(f"ONNX Runtime here has no {provider}",
+                              hint=f"available: {', '.join(ort.get_available_providers())}; install onnxruntime-gpu")
+        return ort.InferenceSession(str(path), options, providers=[provider])
+
+    def build(self, model: Path, facts: ModelFacts, staging: Path) -> Path:
+        """Optimise *model* into ``staging/model.ort.onnx`` (weights beside it when the model has external data)."""
+        import onnxruntime as ort
+
+        output = staging / self.engine_filename
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.optimized_model_filepath = str(output)
+        options.log_severity_level = 3  # its "hardware specific optimizations" warning is why the key has the ISA
+        if facts.external:
+            options.add_session_config_entry("session.optimized_model_external_initializers_file_name",
+                                             "model.ort.data")
+        try:
+            self._session(model, options)
+        except (RuntimeError, ValueError) as exc:  # ORT's Fail/InvalidGraph/... derive from RuntimeError
+            raise BuildError(f"ONNX Runtime could not optimise the model: {exc}", log_tail=str(exc)) from exc
+        if not output.is_file() or output.stat().st_size == 0:
+            raise BuildError("ONNX Runtime wrote no optimised model")
+        return output
+
+    def feeds(self, session: Any) -> dict[str, Any]:
+        """Zeros of the opt shape for every input (symbolic dims without ``--shape`` become 1)."""
+        import numpy as np
+
+        opt = {s.name: s.opt for s in self.settings.shapes}
+        feeds = {}
+        for item in session.get_inputs():
+            shape = opt.get(item.name) or tuple(d if isinstance(d, int) else 1 for d in item.shape)
+            dtype = _DTYPES.get(item.type.removeprefix("tensor(").rstrip(")"), "float32")
+            feeds[item.name] = np.zeros(shape, dtype=dtype)
+        return feeds
+
+    def load(self, engine: Path, facts: ModelFacts) -> None:
+        """Create a session on *engine* and run one inference. :raises EntryInvalid: it does not load or run."""
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        try:
+            session = self._session(engine, options)
+            session.run(None, self.feeds(session))
+        except (RuntimeError, ValueError) as exc:
+            raise EntryInvalid(f"does not load in ONNX Runtime: {exc}") from exc
+
+
+__all__ = ["PROVIDERS", "OrtBuilder", "ort_version"]

@@ -1,0 +1,113 @@
+"""The builder interface and the registry of builders.
+
+A builder turns ``(model, build configuration)`` into an engine file inside a staging directory. It contributes
+three sections of the key (its identity with exact versions, the device, the build configuration by name) and
+can check that an engine actually loads. Builders live in their own modules and are imported only when chosen,
+so ``--builder command`` never imports onnxruntime and a hit never imports TensorRT.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any, ClassVar
+
+from trtwarm import device as devices
+from trtwarm import gpu
+from trtwarm.config import Settings
+from trtwarm.errors import ConfigError
+from trtwarm.model import ModelFacts, validate_shapes
+
+log = logging.getLogger("trtwarm.build")
+
+REGISTRY = {
+    "tensorrt": "trtwarm.build_tensorrt:TensorRTBuilder",
+    "onnxruntime": "trtwarm.build_ort:OrtBuilder",
+    "command": "trtwarm.build_command:CommandBuilder",
+}
+#: options that only TensorRT-style builders honour; others warn and leave them out of the key.
+TRT_OPTIONS = ("workspace", "opt_level", "hardware_compat", "version_compatible", "plugins", "tf32")
+
+
+class Builder(ABC):
+    """Base class of all builders. Subclasses set :attr:`name`, :attr:`engine_filename`, :attr:`precisions`."""
+
+    name: ClassVar[str]
+    engine_filename: ClassVar[str] = "engine.plan"
+    precisions: ClassVar[tuple[str, ...]] = ("fp32",)
+    default_precision: ClassVar[str] = "fp32"
+    uses_trt_options: ClassVar[bool] = False
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    @abstractmethod
+    def identity(self) -> dict[str, Any]:
+        """Return the key's ``builder`` section: name and exact versions. :raises ConfigError: not usable here."""
+
+    def device(self) -> dict[str, Any]:
+        """Return the key's ``device`` section (``--device auto``: the GPU when NVML sees one, else the CPU)."""
+        choice = self.settings.device
+        if choice == "cpu" or (choice == "auto" and not gpu.detect()):
+            return devices.cpu_fields()
+        return gpu.key_fields(gpu.current(self.settings.environ), self.settings.hardware_compat)
+
+    @property
+    def precision(self) -> str:
+        """The requested precision, or this builder's default."""
+        return self.settings.precision or self.default_precision
+
+    def build_fields(self, facts: ModelFacts) -> dict[str, Any]:
+        """Validate the build configuration against the model and return the key's ``build`` section.
+
+        :raises ConfigError: unknown precision for this builder, or shapes that do not fit the model
+        """
+        s = self.settings
+        if self.precision not in self.precisions:
+            raise ConfigError(f"--precision {self.precision} is not supported by the {self.name} builder",
+                              hint=f"choose one of: {', '.join(self.precisions)}")
+        validate_shapes(facts, s.shapes)
+        fields: dict[str, Any] = {"precision": self.precision, "shapes": {sp.name: sp.as_key() for sp in s.shapes},
+                                  "extra": dict(s.key_extra)}
+        if self.uses_trt_options:
+            fields.update(self.trt_fields())
+        else:
+            self._warn_ignored()
+        return fields
+
+    def trt_fields(self) -> dict[str, Any]:
+        """The TensorRT-only part of the build section (overridden by the TensorRT builder)."""
+        return {}
+
+    def _warn_ignored(self) -> None:
+        s = self.settings
+        given = [o for o in TRT_OPTIONS if getattr(s, o) not in (None, False, (), "none", True)]
+        if given:
+            log.warning("the %s builder ignores %s; they are not part of its key", self.name,
+                        ", ".join("--" + o.replace("_", "-") for o in given))
+
+    @abstractmethod
+    def build(self, model: Path, facts: ModelFacts, staging: Path) -> Path:
+        """Build the engine into *staging* and return its path there. :raises BuildError: on failure."""
+
+    def load(self, engine: Path, facts: ModelFacts) -> None:
+        """Check that *engine* loads and runs here. :raises EntryInvalid: with the reason. Default: no check."""
+
+    def gpu_lock_id(self) -> str | None:
+        """An id for the per-GPU build lock (builds on one GPU are serialised), or None for no such lock."""
+        return None
+
+
+def get_builder(settings: Settings) -> Builder:
+    """Instantiate the builder named by ``settings.builder``. :raises ConfigError: unknown builder."""
+    target = REGISTRY.get(settings.builder)
+    if target is None:
+        raise ConfigError(f"unknown builder {settings.builder!r}", hint=f"choose one of: {', '.join(REGISTRY)}")
+    module, _, cls = target.partition(":")
+    builder: Builder = getattr(importlib.import_module(module), cls)(settings)
+    return builder
+
+
+__all__ = ["REGISTRY", "TRT_OPTIONS", "Builder", "get_builder"]

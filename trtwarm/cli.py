@@ -1,0 +1,192 @@
+"""The ``trtwarm`` command line: argument parsing, dispatch, and the one place errors become exit codes.
+
+Every long option is also an environment variable ``TRTWARM_<OPTION>`` (see :mod:`trtwarm.config`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from trtwarm import __version__
+from trtwarm import log as logsetup
+from trtwarm.config import DEFAULT_CACHE_DIR, DEFAULT_HANDOFF_DIR, Settings, env_defaults
+from trtwarm.errors import BuildError, TrtwarmError, exit_code_for, exit_table, hint_for
+
+log = logging.getLogger("trtwarm")
+
+
+def _exit_codes_epilog() -> str:
+    return "exit codes:\n  0  ready\n" + "".join(f"  {c}  {name}\n" for c, name, _ in exit_table()) + \
+        "  1  anything unexpected\n"
+
+
+def add_init_flags(p: argparse.ArgumentParser) -> None:
+    """The flags shared by ``init``, ``key`` and ``key --explain``."""
+    p.add_argument("--model", help="the ONNX file (external-data files beside it)")
+    p.add_argument("--cache-dir", default=str(DEFAULT_CACHE_DIR), help="the shared cache volume (%(default)s)")
+    p.add_argument("--builder", default="tensorrt", help="tensorrt (default), onnxruntime or command")
+    p.add_argument("--precision", help="fp32|fp16|bf16|int8|fp8|model (default depends on the builder)")
+    p.add_argument("--shape", action="append", default=[], metavar="NAME=MIN:OPT:MAX",
+                   help="an input's profile, dims like 1x3x224x224; repeatable")
+    p.add_argument("--workspace", help="TensorRT workspace pool limit, e.g. 4G")
+    p.add_argument("--opt-level", type=int, help="TensorRT builder optimization level 0-5")
+    p.add_argument("--hardware-compat", default="none", choices=["none", "ampere+", "same-cc"])
+    p.add_argument("--version-compatible", action="store_true", help="build a version-compatible engine")
+    p.add_argument("--exclude-lean-runtime", action="store_true", help="with --version-compatible")
+    p.add_argument("--tf32", default="on", choices=["on", "off"], help="allow TF32 (TensorRT)")
+    p.add_argument("--plugin", action="append", default=[], metavar="PATH", help="plugin library; repeatable")
+    p.add_argument("--name", help="readable model name for the entry (default: the model file's stem)")
+    p.add_argument("--key-extra", action="append", default=[], metavar="K=V", help="extra key field; repeatable")
+    p.add_argument("--build-command", help="command builder template with {model} {output} {workdir}")
+    p.add_argument("--builder-version", help="command builder: the tool's exact version (part of the key)")
+    p.add_argument("--ort-provider", default="cpu", help="onnxruntime builder: cpu, cuda or tensorrt")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"], help="command builder's device")
+    p.add_argument("--log-format", default="text", choices=["text", "json"])
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trtwarm", description="Build TensorRT engines once, reuse them everywhere.",
+                                     epilog=_exit_codes_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"trtwarm {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    init = sub.add_parser("init", help="init-container entrypoint: hit, wait or build once", epilog=_exit_codes_epilog(),
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_init_flags(init)
+    init.add_argument("--handoff-dir", default=str(DEFAULT_HANDOFF_DIR), help="engine.json + engine link (%(default)s)")
+    init.add_argument("--lock-timeout", default="1h", help="longest wait for another builder (%(default)s)")
+    init.add_argument("--lock-mode", default="auto", choices=["auto", "flock", "lease"])
+    init.add_argument("--read-only", action="store_true", help="never build; wait for another builder's entry")
+    init.add_argument("--verify", default="digest", choices=["digest", "load"], help="check on a hit (%(default)s)")
+    init.set_defaults(func=cmd_init)
+    key = sub.add_parser("key", help="print the key document and key without building")
+    add_init_flags(key)
+    key.add_argument("--json", action="store_true")
+    key.set_defaults(func=cmd_key, handoff_dir=str(DEFAULT_HANDOFF_DIR), lock_timeout="1h", lock_mode="auto",
+                     read_only=False, verify="digest")
+    ls = sub.add_parser("ls", help="list the ready entries")
+    ls.add_argument("--cache-dir", default=str(DEFAULT_CACHE_DIR))
+    ls.add_argument("--json", action="store_true")
+    ls.set_defaults(func=cmd_ls)
+    demo = sub.add_parser("demo", help="generate a model and run init twice with the onnxruntime builder")
+    demo.add_argument("--cache-dir", help="cache to use (default: a fresh temporary directory)")
+    demo.add_argument("--workdir", help="where the model and hand-off dirs go (default: a temporary directory)")
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def _apply_env(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
+    for action in parser._actions:  # argparse offers no public access to subparsers
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                env_defaults(sub, environ)
+
+
+def cmd_init(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """``trtwarm init``."""
+    from trtwarm import handoff
+    from trtwarm.warm import warm
+
+    settings = Settings.from_namespace(ns, environ)
+    ns.settings = settings
+    report = warm(settings)
+    log.info("%s %s in %.3f s: %s", report.result, report.name, report.seconds["total"], report.path)
+    summary = report.summary()
+    handoff.termination_message(settings.termination_log, summary)
+    print(json.dumps(summary, separators=(",", ":")), flush=True)
+    return 0
+
+
+def cmd_key(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """``trtwarm key``."""
+    from trtwarm.warm import resolve
+
+    plan = resolve(Settings.from_namespace(ns, environ))
+    if ns.json:
+        print(json.dumps({"key": plan.key, "name": plan.name, "document": plan.doc}, indent=2, sort_keys=True))
+    else:
+        print(json.dumps(plan.doc, indent=2, sort_keys=True))
+        print(f"key  {plan.key}\nname {plan.name}")
+    return 0
+
+
+def cmd_ls(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """``trtwarm ls``: the ready entries (verified by size, not re-hashed)."""
+    from trtwarm.errors import EntryInvalid
+    from trtwarm.layout import Layout
+    from trtwarm.store import EngineStore, check_entry
+
+    rows: list[dict[str, Any]] = []
+    for path in sorted(EngineStore(Layout(Path(ns.cache_dir))).entries()):
+        try:
+            entry = check_entry(path, None, digest=False)
+        except EntryInvalid:
+            continue
+        m = entry.manifest
+        rows.append({"key": entry.key, "name": entry.name, "path": str(entry.engine), "engine_bytes": m["engine_bytes"],
+                     "created": m.get("created_utc"), "builder": m.get("key_document", {}).get("builder"),
+                     "device": m.get("key_document", {}).get("device")})
+    if ns.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        for row in rows:
+            print(f"{row['key'][:16]}  {row['engine_bytes']:>12}  {row['created'] or '':20}  {row['name']}")
+        print(f"{len(rows)} entries, {sum(r['engine_bytes'] for r in rows)} bytes")
+    return 0
+
+
+def cmd_demo(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """``trtwarm demo``."""
+    from trtwarm.demo import run
+
+    return run(Path(ns.cache_dir) if ns.cache_dir else None, Path(ns.workdir) if ns.workdir else None)
+
+
+def _report_failure(ns: argparse.Namespace | None, exc: TrtwarmError) -> None:
+    log.error("%s", exc.message)
+    hint = hint_for(exc)
+    if hint:
+        log.error("hint: %s", hint)
+    if getattr(ns, "command", None) != "init":
+        return
+    doc = {"result": "error", "exit_code": exit_code_for(exc), "error": exc.message, "hint": hint}
+    if isinstance(exc, BuildError) and exc.log_tail:
+        doc["log_tail"] = exc.log_tail
+    settings = getattr(ns, "settings", None)
+    if settings is not None:
+        from trtwarm import handoff
+
+        handoff.termination_message(settings.termination_log, doc)
+    print(json.dumps({k: v for k, v in doc.items() if k != "log_tail"}, separators=(",", ":")), flush=True)
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """Run the CLI and return the exit code (see ``trtwarm --help`` for the table)."""
+    environ = os.environ if environ is None else environ
+    ns: argparse.Namespace | None = None
+    logsetup.setup(environ.get("TRTWARM_LOG_FORMAT", "text"))
+    try:
+        parser = _parser()
+        _apply_env(parser, environ)
+        ns = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        logsetup.setup(getattr(ns, "log_format", "text"))
+        return int(ns.func(ns, environ))
+    except TrtwarmError as exc:
+        _report_failure(ns, exc)
+        return exit_code_for(exc)
+    except KeyboardInterrupt:
+        log.error("interrupted")
+        return 130
+    except Exception as exc:  # the last resort: one line, the traceback only at debug level
+        log.error("unexpected error: %s: %s (please report this)", type(exc).__name__, exc)
+        log.debug("traceback", exc_info=True)
+        return 1
+
+
+__all__ = ["add_init_flags", "main"]

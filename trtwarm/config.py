@@ -1,0 +1,225 @@
+"""Settings: argv and ``TRTWARM_*`` environment variables, read once into a frozen object and passed down.
+
+This is the only module that reads the environment, and it only does so when :func:`env_defaults` or
+:func:`Settings.from_namespace` is called with the mapping (``os.environ`` in production, a dict in tests).
+Flag ``--lock-timeout`` is also ``TRTWARM_LOCK_TIMEOUT``; a flag on the command line wins over the variable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trtwarm.errors import ConfigError
+
+DEFAULT_CACHE_DIR = Path("/models/cache")
+DEFAULT_HANDOFF_DIR = Path("/trtwarm")
+TRUE_VALUES = frozenset({"1", "on", "yes", "true"})
+FALSE_VALUES = frozenset({"0", "off", "no", "false", ""})
+
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_size(text: str) -> int:
+    """Parse ``4096``, ``512M``, ``4G``, ``1.5T`` (binary units, optional ``i``/``B``) into bytes."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", text.lower())
+    if not match:
+        raise ConfigError(f"invalid size {text!r}", hint="use bytes or a K/M/G/T suffix, e.g. 4G")
+    return int(float(match[1]) * _SIZE_UNITS[match[2]])
+
+
+def parse_duration(text: str) -> float:
+    """Parse ``90``, ``90s``, ``10m``, ``2h``, ``30d`` into seconds."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text.lower())
+    if not match:
+        raise ConfigError(f"invalid duration {text!r}", hint="use seconds or an s/m/h/d suffix, e.g. 30m")
+    return float(match[1]) * _DURATION_UNITS[match[2]]
+
+
+def parse_bool(text: str, name: str) -> bool:
+    """Parse a boolean environment value (1/on/yes/true, 0/off/no/false)."""
+    value = text.strip().lower()
+    if value in TRUE_VALUES:
+        return True
+    if value in FALSE_VALUES:
+        return False
+    raise ConfigError(f"invalid boolean {text!r} for {name}", hint="use 1/0, true/false, yes/no or on/off")
+
+
+@dataclass(frozen=True)
+class ShapeSpec:
+    """One input's optimization-profile shapes, each a tuple of dims."""
+
+    name: str
+    min: tuple[int, ...]
+    opt: tuple[int, ...]
+    max: tuple[int, ...]
+
+    def as_key(self) -> dict[str, list[int]]:
+        """Return the key-document form: ``{"min": [...], "opt": [...], "max": [...]}``."""
+        return {"min": list(self.min), "opt": list(self.opt), "max": list(self.max)}
+
+
+def _dims(text: str, spec: str) -> tuple[int, ...]:
+    if not re.fullmatch(r"\d+(x\d+)*", text):
+        raise ConfigError(f"malformed shape {spec!r}: {text!r} is not dims like 1x3x224x224",
+                          hint="use --shape NAME=MIN:OPT:MAX, each like 1x3x224x224 (or NAME=DIMS for a fixed shape)")
+    return tuple(int(d) for d in text.split("x"))
+
+
+def parse_shape(spec: str) -> ShapeSpec:
+    """Parse ``NAME=MIN:OPT:MAX`` (or ``NAME=DIMS`` for min = opt = max) and check min <= opt <= max."""
+    name, sep, dims = spec.rpartition("=")
+    if not sep or not name:
+        raise ConfigError(f"malformed shape {spec!r}", hint="use --shape NAME=MIN:OPT:MAX, e.g. input=1x3x224x224:"
+                          "8x3x224x224:32x3x224x224")
+    parts = dims.split(":")
+    if len(parts) not in (1, 3):
+        raise ConfigError(f"malformed shape {spec!r}: expected 1 or 3 shapes separated by ':'")
+    low, opt, high = (_dims(parts[0], spec),) * 3 if len(parts) == 1 else (_dims(p, spec) for p in parts)
+    if not len(low) == len(opt) == len(high):
+        raise ConfigError(f"shape {spec!r}: min, opt and max have different ranks")
+    if any(a > b for a, b in zip(low, opt)) or any(a > b for a, b in zip(opt, high)):
+        raise ConfigError(f"shape {spec!r}: needs min <= opt <= max in every dimension")
+    return ShapeSpec(name, low, opt, high)
+
+
+def parse_key_extra(pair: str) -> tuple[str, str]:
+    """Parse ``K=V`` for ``--key-extra``."""
+    key, sep, value = pair.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"malformed --key-extra {pair!r}", hint="use --key-extra NAME=VALUE")
+    return key.strip(), value
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who is running: from the downward API (``POD_NAME``, ``POD_NAMESPACE``, ``NODE_NAME``), else the host."""
+
+    pod: str | None
+    namespace: str | None
+    node: str | None
+    hostname: str
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> Identity:
+        """Read the identity from *environ*."""
+        return cls(environ.get("POD_NAME") or None, environ.get("POD_NAMESPACE") or None,
+                   environ.get("NODE_NAME") or None, socket.gethostname())
+
+    def describe(self) -> str:
+        """Return ``pod X on node Y`` (or the hostname when not in a Pod)."""
+        if self.pod:
+            return f"pod {self.namespace + '/' if self.namespace else ''}{self.pod} on node {self.node or '?'}"
+        return f"host {self.hostname}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything ``trtwarm init`` and ``trtwarm key`` need, validated once."""
+
+    model: Path
+    cache_dir: Path = DEFAULT_CACHE_DIR
+    builder: str = "tensorrt"
+    precision: str | None = None
+    shapes: tuple[ShapeSpec, ...] = ()
+    workspace: int | None = None
+    opt_level: int | None = None
+    hardware_compat: str = "none"
+    version_compatible: bool = False
+    exclude_lean_runtime: bool = False
+    tf32: bool = True
+    plugins: tuple[Path, ...] = ()
+    name: str | None = None
+    handoff_dir: Path = DEFAULT_HANDOFF_DIR
+    lock_timeout: float = 3600.0
+    lock_mode: str = "auto"
+    key_extra: tuple[tuple[str, str], ...] = ()
+    build_command: str | None = None
+    builder_version: str | None = None
+    ort_provider: str = "cpu"
+    device: str = "auto"
+    read_only: bool = False
+    verify: str = "digest"
+    log_format: str = "text"
+    termination_log: Path = Path("/dev/termination-log")
+    identity: Identity = field(default_factory=lambda: Identity(None, None, None, socket.gethostname()))
+    environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
+        """Validate parsed flags (already defaulted from the environment) into Settings."""
+        if not ns.model:
+            raise ConfigError("no model given", hint="pass --model PATH (or set TRTWARM_MODEL)")
+        shapes = tuple(parse_shape(s) for s in ns.shape)
+        names = [s.name for s in shapes]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"--shape given twice for the same input: {sorted(names)}")
+        if ns.opt_level is not None and not 0 <= ns.opt_level <= 5:
+            raise ConfigError(f"--opt-level {ns.opt_level} is out of range", hint="use 0 to 5 (TensorRT's default is 3)")
+        return cls(
+            model=Path(ns.model).absolute(), cache_dir=Path(ns.cache_dir).absolute(), builder=ns.builder, precision=ns.precision,
+            shapes=shapes, workspace=parse_size(ns.workspace) if ns.workspace else None, opt_level=ns.opt_level,
+            hardware_compat=ns.hardware_compat, version_compatible=ns.version_compatible,
+            exclude_lean_runtime=ns.exclude_lean_runtime, tf32=ns.tf32 == "on",
+            plugins=tuple(Path(p) for p in ns.plugin), name=ns.name, handoff_dir=Path(ns.handoff_dir).absolute(),
+            lock_timeout=parse_duration(ns.lock_timeout), lock_mode=ns.lock_mode,
+            key_extra=tuple(sorted(parse_key_extra(p) for p in ns.key_extra)), build_command=ns.build_command,
+            builder_version=ns.builder_version, ort_provider=ns.ort_provider, device=ns.device,
+            read_only=ns.read_only, verify=ns.verify, log_format=ns.log_format,
+            termination_log=Path(environ.get("TRTWARM_TERMINATION_LOG", "/dev/termination-log")),
+            identity=Identity.from_env(environ), environ=dict(environ),
+        )
+
+
+def env_name(flag: str) -> str:
+    """Return the environment variable for a long flag: ``--lock-timeout`` → ``TRTWARM_LOCK_TIMEOUT``."""
+    return "TRTWARM_" + flag.lstrip("-").upper().replace("-", "_")
+
+
+def env_defaults(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
+    """Make every long option of *parser* default to its ``TRTWARM_*`` variable, when that is set.
+
+    Repeatable options take a comma- or whitespace-separated list; switches take a boolean value.
+    """
+    for action in parser._actions:  # argparse has no public iterator over actions
+        flags = [o for o in action.option_strings if o.startswith("--")]
+        if not flags or flags[0] in ("--help",):
+            continue
+        value = environ.get(env_name(flags[0]))
+        if value is None:
+            continue
+        if isinstance(action, argparse._StoreTrueAction):
+            action.default = parse_bool(value, env_name(flags[0]))
+        elif isinstance(action, argparse._AppendAction):
+            action.default = [v for v in re.split(r"[,\s]+", value) if v]
+        elif action.type is int:
+            try:
+                action.default = int(value)
+            except ValueError:
+                raise ConfigError(f"{env_name(flags[0])}={value!r} is not an integer") from None
+        elif action.choices and value not in action.choices:
+            raise ConfigError(f"{env_name(flags[0])}={value!r}: choose from {', '.join(action.choices)}")
+        else:
+            action.default = value
+
+
+__all__ = [
+    "DEFAULT_CACHE_DIR",
+    "DEFAULT_HANDOFF_DIR",
+    "Identity",
+    "Settings",
+    "ShapeSpec",
+    "env_defaults",
+    "env_name",
+    "parse_bool",
+    "parse_duration",
+    "parse_key_extra",
+    "parse_shape",
+    "parse_size",
+]

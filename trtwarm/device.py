@@ -1,0 +1,49 @@
+"""Device identity for the key: the CPU (model name and the ISA flags that change kernels) or the GPU (NVML)."""
+
+from __future__ import annotations
+
+import platform
+import re
+from collections.abc import Mapping
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+_ISA = re.compile(r"^(avx2|avx512\w*|amx\w*|avx_vnni\w*|fma|f16c|sve\w*|asimd\w*|neon)$")
+
+
+@lru_cache(maxsize=1)
+def cpu_fields(cpuinfo: str | None = None) -> dict[str, Any]:
+    """Return the key's ``device`` section for this CPU.
+
+    :param cpuinfo: the text of ``/proc/cpuinfo`` (read when None)
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
+        except OSError:
+            cpuinfo = ""
+    model, flags = platform.processor() or platform.machine(), set()
+    for line in cpuinfo.splitlines():
+        name, _, value = line.partition(":")
+        name = name.strip().lower()
+        if name in ("model name", "cpu model") and model in (platform.machine(), platform.processor(), ""):
+            model = value.strip()
+        elif name in ("flags", "features"):
+            flags.update(f for f in value.split() if _ISA.match(f))
+    return {"kind": "cpu", "arch": platform.machine(), "model": " ".join(model.split()), "isa": sorted(flags)}
+
+
+def short_name(device: Mapping[str, Any]) -> str:
+    """A short, readable device label for entry names: ``cpu-x86_64``, ``nvidia-h200``, ``sm8.6``."""
+    if device.get("kind") == "cpu":
+        return f"cpu-{device.get('arch', '')}"
+    if "product" in device:
+        label = str(device["product"])
+        if device.get("mig_profile"):
+            label += f"-{device['mig_profile']}"
+        return label
+    return str(device.get("class", "gpu"))
+
+
+__all__ = ["cpu_fields", "short_name"]

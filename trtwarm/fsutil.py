@@ -1,0 +1,137 @@
+"""Small filesystem primitives: hashing, fsync, atomic writes and bounded reads.
+
+Everything that must never be seen half-written goes through :func:`atomic_write`: write a unique temporary file
+in the same directory, fsync it, rename it over the target once, fsync the directory.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+_CHUNK = 4 * 1024 * 1024
+
+#: errno values that mean "this volume cannot be written", as opposed to a bug.
+READ_ONLY_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+#: errno values that mean "the volume is full".
+FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def sha256_file(path: Path) -> tuple[str, int]:
+    """Return ``(hex digest, bytes read)`` of the file at *path*, read in 4 MiB chunks."""
+    digest = hashlib.sha256()
+    size = 0
+    buf = bytearray(_CHUNK)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as handle:
+        while n := handle.readinto(buf):
+            digest.update(view[:n])
+            size += n
+    return digest.hexdigest(), size
+
+
+def fsync_dir(path: Path) -> None:
+    """Flush a directory's entries (new names, renames) to stable storage."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path: Path) -> None:
+    """Flush a file's data to stable storage."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _tmp_name(target: Path) -> Path:
+    return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+
+
+def atomic_write(target: Path, data: bytes, mode: int = 0o644) -> None:
+    """Replace *target* with *data* so that readers see the old or the new content, never a mix."""
+    tmp = _tmp_name(target)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.chmod(tmp, mode)  # the umask must not make a shared volume unreadable to other Pods' UIDs
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(target.parent)
+
+
+def atomic_write_json(target: Path, doc: Any, mode: int = 0o644) -> None:
+    """Write *doc* as indented JSON through :func:`atomic_write`."""
+    atomic_write(target, (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode(), mode)
+
+
+def atomic_symlink(target: Path, link: Path) -> None:
+    """Point *link* at *target*, replacing any previous link atomically."""
+    tmp = _tmp_name(link)
+    os.symlink(target, tmp)
+    try:
+        os.replace(tmp, link)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+class TooLarge(ValueError):
+    """A file that should be small is larger than the caller's bound."""
+
+
+def read_bounded(path: Path, limit: int) -> bytes:
+    """Read at most *limit* bytes of a regular file, refusing symlinks and larger files.
+
+    :raises TooLarge: the file holds more than *limit* bytes
+    :raises OSError: the file is missing, a symlink (``ELOOP``) or unreadable
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise TooLarge(f"{path} is larger than {limit} bytes")
+    return data
+
+
+def pid_alive(pid: int) -> bool:
+    """Return whether a process with *pid* exists on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, owned by someone else
+        return True
+    return True
+
+
+__all__ = [
+    "FULL_ERRNOS",
+    "READ_ONLY_ERRNOS",
+    "TooLarge",
+    "atomic_symlink",
+    "atomic_write",
+    "atomic_write_json",
+    "fsync_dir",
+    "fsync_file",
+    "pid_alive",
+    "read_bounded",
+    "sha256_file",
+]

@@ -1,0 +1,170 @@
+"""GPU identity through NVML (``nvidia-ml-py``, module ``pynvml``): no CUDA context is created.
+
+:func:`detect` reads every NVML device (and MIG device), then :func:`select` picks the one this container builds
+on: the first device CUDA would see, honouring ``CUDA_VISIBLE_DEVICES`` and ``NVIDIA_VISIBLE_DEVICES``, matched by
+UUID rather than by index (NVML and CUDA enumerate in different orders; with indices we assume CUDA's
+``PCI_BUS_ID`` order). The key uses :func:`key_fields`: product, compute capability, MIG profile, memory in GiB;
+never the UUID, so identical GPUs share engines.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from trtwarm.errors import ConfigError
+
+_NO_GPU_HINT = ("request a GPU for this container (resources.limits: nvidia.com/gpu: 1, the same as the inference "
+                "container) and run it with the NVIDIA container runtime")
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """What NVML says about one (MIG) device."""
+
+    uuid: str
+    name: str
+    compute_capability: tuple[int, int]
+    memory_bytes: int
+    pci_bus_id: str = ""
+    mig_profile: str | None = None
+    driver_version: str = ""
+    cuda_driver_version: int = 0
+
+    @property
+    def memory_gib(self) -> int:
+        """Memory rounded to whole GiB (NVML reports slightly different totals across driver versions)."""
+        return round(self.memory_bytes / (1 << 30))
+
+
+def mig_profile(name: str) -> str | None:
+    """Extract ``1g.10gb`` from a MIG device name like ``NVIDIA H100 80GB HBM3 MIG 1g.10gb``."""
+    match = re.search(r"MIG\s+((?:\d+c\.)?\d+g\.\d+gb)", name, re.IGNORECASE)
+    return match[1].lower() if match else None
+
+
+def _visible(value: str | None) -> list[str] | None:
+    """Parse a *_VISIBLE_DEVICES value: None means all, [] means none."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.lower() in ("all",):
+        return None
+    if value.lower() in ("", "none", "void", "nodevfiles"):
+        return []
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _pick(gpus: list[GpuInfo], wanted: list[str] | None) -> list[GpuInfo]:
+    if wanted is None:
+        return gpus
+    by_index = sorted(gpus, key=lambda g: g.pci_bus_id)
+    chosen = []
+    for item in wanted:
+        if item.isdigit():
+            if int(item) < len(by_index):
+                chosen.append(by_index[int(item)])
+            continue
+        match = [g for g in gpus if g.uuid == item or g.uuid.startswith(item)]  # CUDA accepts UUID prefixes
+        chosen.extend(match[:1])
+    return chosen
+
+
+def select(gpus: list[GpuInfo], environ: Mapping[str, str]) -> GpuInfo:
+    """Return the GPU CUDA device 0 would be, given the visible-devices variables.
+
+    :raises ConfigError: no GPU is visible (exit 2), with a hint about the Pod's ``nvidia.com/gpu`` request
+    """
+    nvidia = _visible(environ.get("NVIDIA_VISIBLE_DEVICES"))
+    if nvidia == []:
+        raise ConfigError(f"no GPU is visible (NVIDIA_VISIBLE_DEVICES={environ.get('NVIDIA_VISIBLE_DEVICES')!r})",
+                          hint=_NO_GPU_HINT)
+    candidates = [g for g in gpus if g.mig_profile] or gpus  # with MIG on, CUDA only sees MIG devices
+    chosen = _pick(_pick(candidates, nvidia if nvidia and not all(v.isdigit() for v in nvidia) else None),
+                   _visible(environ.get("CUDA_VISIBLE_DEVICES")))
+    if not chosen:
+        raise ConfigError("no GPU is visible to this container", hint=_NO_GPU_HINT)
+    return chosen[0]
+
+
+def key_fields(gpu: GpuInfo, hardware_compat: str = "none") -> dict[str, Any]:
+    """Return the key's ``device`` section for *gpu*.
+
+    With ``ampere+`` the engine runs on any Ampere-or-newer GPU, and with ``same-cc`` on any GPU of the same
+    compute capability, so the product name and memory stay out of the key and one engine serves the class.
+    """
+    cc = f"{gpu.compute_capability[0]}.{gpu.compute_capability[1]}"
+    if hardware_compat == "ampere+":
+        return {"kind": "gpu", "class": "ampere+"}
+    if hardware_compat == "same-cc":
+        return {"kind": "gpu", "class": f"sm{cc}", "compute_capability": cc}
+    return {"kind": "gpu", "product": gpu.name, "compute_capability": cc, "mig_profile": gpu.mig_profile,
+            "memory_gib": gpu.memory_gib}
+
+
+def _info(nvml: Any, handle: Any, driver: str, cuda: int) -> GpuInfo:
+    name = nvml.nvmlDeviceGetName(handle)
+    try:
+        major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+        pci = nvml.nvmlDeviceGetPciInfo(handle).busId
+    except nvml.NVMLError:  # MIG handles report these through their parent
+        parent = nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)
+        major, minor = nvml.nvmlDeviceGetCudaComputeCapability(parent)
+        pci = nvml.nvmlDeviceGetPciInfo(parent).busId
+    return GpuInfo(uuid=nvml.nvmlDeviceGetUUID(handle), name=name, compute_capability=(major, minor),
+                   memory_bytes=nvml.nvmlDeviceGetMemoryInfo(handle).total,
+                   pci_bus_id=pci if isinstance(pci, str) else pci.decode(), mig_profile=mig_profile(name),
+                   driver_version=driver, cuda_driver_version=cuda)
+
+
+def _mig_children(nvml: Any, handle: Any, driver: str, cuda: int) -> list[GpuInfo]:
+    try:
+        current, _pending = nvml.nvmlDeviceGetMigMode(handle)
+    except nvml.NVMLError:  # not MIG-capable
+        return []
+    if current != nvml.NVML_DEVICE_MIG_ENABLE:
+        return []
+    children = []
+    for i in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+        try:
+            children.append(_info(nvml, nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, i), driver, cuda))
+        except nvml.NVMLError:  # an unpopulated MIG slot
+            continue
+    return children
+
+
+def detect() -> list[GpuInfo]:
+    """Read every GPU and MIG device through NVML; an empty list when there is no driver or no GPU."""
+    try:
+        import pynvml as nvml
+    except ImportError:
+        return []
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError:  # no driver library, or no GPU: the caller says what is missing
+        return []
+    try:
+        driver = nvml.nvmlSystemGetDriverVersion()
+        cuda = nvml.nvmlSystemGetCudaDriverVersion_v2()
+        gpus: list[GpuInfo] = []
+        for i in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(i)
+            gpus.append(_info(nvml, handle, driver, cuda))
+            gpus.extend(_mig_children(nvml, handle, driver, cuda))
+        return gpus
+    finally:
+        nvml.nvmlShutdown()
+
+
+def current(environ: Mapping[str, str]) -> GpuInfo:
+    """Detect and select this container's GPU. :raises ConfigError: none visible (exit 2)."""
+    gpus = detect()
+    if not gpus:
+        raise ConfigError("no NVIDIA GPU found (NVML could not be initialised or lists no device)",
+                          hint=_NO_GPU_HINT)
+    return select(gpus, environ)
+
+
+__all__ = ["GpuInfo", "current", "detect", "key_fields", "mig_profile", "select"]

@@ -1,0 +1,101 @@
+"""The init container's hand-off: ``<handoff-dir>/engine.json``, the ``engine`` symlink, the termination message.
+
+The inference container reads the fixed path ``<handoff-dir>/engine`` (``TRTWARM_ENGINE``); the sidecar reads
+``engine.json`` to decide readiness and to label its metrics. Both are replaced atomically, so a restarted init
+never leaves a half-written report.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trtwarm import __version__
+from trtwarm.fsutil import TooLarge, atomic_symlink, atomic_write_json, read_bounded
+
+log = logging.getLogger("trtwarm.handoff")
+REPORT = "engine.json"
+LINK = "engine"
+TERMINATION_LIMIT = 4096
+
+
+@dataclass
+class WarmReport:
+    """The outcome of one ``trtwarm init``."""
+
+    key: str
+    name: str
+    path: str
+    result: str  # hit | built | waited
+    seconds: dict[str, float]
+    device: dict[str, Any]
+    builder: dict[str, Any]
+    model_sha256: str
+    precision: str = ""
+    verify: str = "digest"
+    engine_bytes: int = 0
+    lock_mode: str = ""
+    trtwarm_version: str = __version__
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        """A compact one-line form for stdout and the termination message."""
+        return {"result": self.result, "key": self.key[:16], "name": self.name, "path": self.path,
+                "seconds": {k: round(v, 3) for k, v in self.seconds.items()}}
+
+
+def write(handoff_dir: Path, report: WarmReport) -> None:
+    """Write ``engine.json`` and point the ``engine`` symlink at the engine, both atomically."""
+    handoff_dir.mkdir(parents=True, exist_ok=True)
+    atomic_symlink(Path(report.path), handoff_dir / LINK)
+    doc = asdict(report)
+    doc["ready"] = True
+    atomic_write_json(handoff_dir / REPORT, doc)
+
+
+def read(handoff_dir: Path) -> dict[str, Any] | None:
+    """Read ``engine.json``; None when missing, partial or garbage (the sidecar then reports not ready)."""
+    try:
+        doc = json.loads(read_bounded(handoff_dir / REPORT, 1 << 20))
+    except (OSError, TooLarge, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def clear(handoff_dir: Path) -> None:
+    """Remove a previous run's report and link, so nothing stale is served after a failed re-run."""
+    for name in (REPORT, LINK):
+        try:
+            os.unlink(handoff_dir / name)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:  # a read-only hand-off dir is reported when writing
+            log.debug("cannot remove %s: %s", handoff_dir / name, exc)
+
+
+def _fit(doc: dict[str, Any]) -> str:
+    """JSON of *doc* within :data:`TERMINATION_LIMIT` bytes, shortening ``log_tail`` and then ``error``."""
+    doc = dict(doc)
+    for field_name in ("log_tail", "error"):
+        while len(text := json.dumps(doc, separators=(",", ":"))) > TERMINATION_LIMIT and doc.get(field_name):
+            value = str(doc[field_name])
+            doc[field_name] = value[len(value) // 2 :] if field_name == "log_tail" else value[: len(value) // 2]
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def termination_message(path: Path, doc: dict[str, Any]) -> None:
+    """Write *doc* (at most 4 KiB of JSON) to the Kubernetes termination log, when it exists and is writable."""
+    if not path.exists() or not os.access(path, os.W_OK):
+        return
+    text = _fit(doc)
+    try:
+        path.write_text(text)
+    except OSError as exc:
+        log.debug("cannot write termination message: %s", exc)
+
+
+__all__ = ["LINK", "REPORT", "WarmReport", "clear", "read", "termination_message", "write"]

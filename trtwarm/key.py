@@ -1,0 +1,83 @@
+"""The cache key: what makes two engines interchangeable, and the readable entry name derived from it.
+
+The key document is canonical JSON (sorted keys, no whitespace, a schema version) and the key is its SHA-256.
+It holds everything that changes the engine (model bytes and external data, builder and its exact version,
+device class, build configuration by name) and nothing that does not (no paths, hostnames, Pod names or GPU
+UUIDs), so identical GPUs share engines and a moved model still hits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from trtwarm.device import short_name
+from trtwarm.model import ModelFacts
+
+SCHEMA = 1
+_UNSAFE = re.compile(r"[^a-z0-9._-]+")
+_NAME_PART_MAX = 48
+
+
+def model_fields(facts: ModelFacts) -> dict[str, Any]:
+    """Return the key's ``model`` section: digests and sizes of the ONNX file and every external-data file."""
+    return {
+        "sha256": facts.onnx.sha256,
+        "bytes": facts.onnx.bytes,
+        "external_data": [{"location": f.location, "sha256": f.sha256, "bytes": f.bytes} for f in facts.external],
+    }
+
+
+def key_document(model: Mapping[str, Any], builder: Mapping[str, Any], device: Mapping[str, Any],
+                 build: Mapping[str, Any]) -> dict[str, Any]:
+    """Assemble the key document from its four sections."""
+    return {"schema": SCHEMA, "model": dict(model), "builder": dict(builder), "device": dict(device),
+            "build": dict(build)}
+
+
+def canonical(doc: Mapping[str, Any]) -> bytes:
+    """Serialise *doc* canonically: sorted keys, compact separators, ASCII only."""
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
+
+
+def key_of(doc: Mapping[str, Any]) -> str:
+    """Return the key: SHA-256 hex of the canonical document."""
+    return hashlib.sha256(canonical(doc)).hexdigest()
+
+
+def sanitize(text: str, limit: int = _NAME_PART_MAX) -> str:
+    """Reduce *text* to ``[a-z0-9._-]``, without leading dots, at most *limit* characters (never empty)."""
+    clean = _UNSAFE.sub("-", text.lower()).strip("-.")[:limit].strip("-.")
+    return clean or "x"
+
+
+def _shapes_label(build: Mapping[str, Any]) -> str:
+    shapes = build.get("shapes") or {}
+    if not shapes:
+        return "static"
+    return "+".join(f"{n}-{'x'.join(map(str, s['opt']))}" for n, s in sorted(shapes.items()))
+
+
+def entry_name(doc: Mapping[str, Any], key: str, model_name: str) -> str:
+    """Return ``<model>_<device>_<runtime>_<precision>_<shapes>--<key16>``, sanitised to ``[a-z0-9._-]``."""
+    builder = doc["builder"]
+    runtime = f"{builder['name']}{builder.get('version', '')}"
+    parts = (model_name, short_name(doc["device"]), runtime, str(doc["build"].get("precision", "")),
+             _shapes_label(doc["build"]))
+    return "_".join(sanitize(p) for p in parts) + "--" + key[:16]
+
+
+def diff(old: Any, new: Any, path: str = "") -> list[tuple[str, Any, Any]]:
+    """List the leaves that differ between two key documents as ``(dotted.path, old, new)``."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for name in sorted(set(old) | set(new)):
+            out += diff(old.get(name), new.get(name), f"{path}.{name}" if path else name)
+        return out
+    return [] if old == new else [(path, old, new)]
+
+
+__all__ = ["SCHEMA", "canonical", "diff", "entry_name", "key_document", "key_of", "model_fields", "sanitize"]

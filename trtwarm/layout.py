@@ -1,0 +1,150 @@
+"""Where things live on the cache volume. This tree is a public contract; the README documents it too.
+
+::
+
+    <cache-dir>/                         default /models/cache
+    ├─ CACHEDIR.TAG                      backup tools skip the cache
+    ├─ VERSION                           layout version (1); another version is refused, never rewritten
+    ├─ entries/<name>--<key16>/          published entries; a directory appears here only by one rename
+    │  ├─ engine.plan | model.ort        the engine (file name chosen by the builder)
+    │  └─ manifest.json                  key document, key, engine_sha256, engine_bytes, who built it, when
+    ├─ .staging/<key16>.<host>.<pid>.<rand>/   builds in progress, same filesystem as entries/
+    ├─ .locks/<key>.lock                 flock targets, 0664, never deleted
+    ├─ .locks/<key>.lease                lease-mode lock (filesystems without working flock)
+    ├─ .locks/<key>.owner.json           who holds the build lock, refreshed by a heartbeat
+    ├─ .quarantine/<name>.<utc>.<reason>/  entries that failed verification, kept for inspection
+    ├─ .uses/<key>                       mtime = last time trtwarm used the entry (hit or build)
+    ├─ .leases/<key>/<pod>               in-use leases written by sidecars
+    ├─ .statcache/<id>.json              model digests keyed by (dev, inode, size, mtime, ctime)
+    └─ timing-caches/<id>.cache          TensorRT timing caches, shared per TensorRT version and GPU class
+
+Paths are pure functions of the root and the key; only :meth:`Layout.ensure` and :meth:`Layout.check` touch disk.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+from trtwarm.errors import VolumeError
+from trtwarm.fsutil import READ_ONLY_ERRNOS, atomic_write
+
+LAYOUT_VERSION = 1
+CACHEDIR_TAG = (
+    "Signature: 8a477f597d28d172789f06886806bc55\n"
+    "# This file is a cache directory tag created by trtwarm.\n"
+    "# For information about cache directory tags see https://bford.info/cachedir/\n"
+)
+ENGINES = "entries"
+SUBDIRS = (ENGINES, ".staging", ".locks", ".quarantine", ".uses", ".leases", ".statcache", "timing-caches")
+
+
+class Layout:
+    """Paths of one cache volume."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.entries = self.root / ENGINES
+        self.staging = self.root / ".staging"
+        self.locks = self.root / ".locks"
+        self.quarantine = self.root / ".quarantine"
+        self.uses = self.root / ".uses"
+        self.leases = self.root / ".leases"
+        self.statcache = self.root / ".statcache"
+        self.timing_caches = self.root / "timing-caches"
+
+    def entry_dir(self, name: str) -> Path:
+        """Return the directory of the entry called *name*."""
+        return self.entries / name
+
+    def lock_path(self, key: str) -> Path:
+        """Return the flock file of *key*."""
+        return self.locks / f"{key}.lock"
+
+    def lease_path(self, key: str) -> Path:
+        """Return the lease-mode lock file of *key*."""
+        return self.locks / f"{key}.lease"
+
+    def owner_path(self, key: str) -> Path:
+        """Return the owner record of *key*'s build lock."""
+        return self.locks / f"{key}.owner.json"
+
+    def use_path(self, key: str) -> Path:
+        """Return the last-use marker of *key*."""
+        return self.uses / key
+
+    def group_shared(self) -> bool:
+        """Whether the volume root is group-writable (``fsGroup``), so new files should be too."""
+        try:
+            return bool(self.root.stat().st_mode & stat.S_IWGRP)
+        except OSError:
+            return False
+
+    def dir_mode(self) -> int:
+        """Mode for new directories: 0775 on a group-shared volume, else 0755."""
+        return 0o775 if self.group_shared() else 0o755
+
+    def file_mode(self) -> int:
+        """Mode for new files: 0664 on a group-shared volume, else 0644."""
+        return 0o664 if self.group_shared() else 0o644
+
+    def check(self) -> None:
+        """Refuse a root that is not a directory or carries another layout version; never writes.
+
+        :raises VolumeError: the root exists but is not a usable trtwarm cache
+        """
+        if self.root.exists() and not self.root.is_dir():
+            raise VolumeError(f"cache dir {self.root} exists and is not a directory",
+                              hint="point --cache-dir at a directory on the shared volume")
+        version_file = self.root / "VERSION"
+        try:
+            found = version_file.read_text().strip()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise VolumeError(f"cannot read {version_file}: {exc.strerror}") from exc
+        if found != str(LAYOUT_VERSION):
+            raise VolumeError(f"cache dir {self.root} has layout version {found!r}; this trtwarm uses "
+                              f"{LAYOUT_VERSION}", hint="use another --cache-dir, or the trtwarm version that "
+                              "wrote this cache")
+
+    def ensure(self) -> None:
+        """Create the root, its subdirectories, ``VERSION`` and ``CACHEDIR.TAG`` where missing.
+
+        :raises VolumeError: the volume cannot be created or written
+        """
+        self.check()
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            mode = self.dir_mode()
+            for sub in SUBDIRS:
+                path = self.root / sub
+                if not path.is_dir():
+                    path.mkdir(exist_ok=True)
+                    os.chmod(path, mode)
+            for name, text in (("VERSION", f"{LAYOUT_VERSION}\n"), ("CACHEDIR.TAG", CACHEDIR_TAG)):
+                if not (self.root / name).exists():
+                    atomic_write(self.root / name, text.encode(), self.file_mode())
+        except OSError as exc:
+            raise volume_error(exc, self.root, "prepare") from exc
+        self.check()
+
+
+def volume_error(exc: OSError, path: Path, doing: str) -> VolumeError:
+    """Translate an OSError on the volume into a VolumeError that says what to do."""
+    if exc.errno in READ_ONLY_ERRNOS:
+        return VolumeError(f"cannot {doing} {path}: {exc.strerror} (the cache volume is read-only or not writable "
+                           "by this user)", hint="a build needs a writable cache: mount it read-write, set the Pod's "
+                           "fsGroup, or pass --read-only to only use engines built elsewhere")
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return VolumeError(f"cannot {doing} {path}: the cache volume is full ({exc.strerror})",
+                           hint="free space with `trtwarm gc --max-bytes ...` or grow the volume")
+    if exc.errno in (errno.ENOTDIR, errno.EEXIST):
+        return VolumeError(f"cannot {doing} {path}: a path component is not a directory",
+                           hint="point --cache-dir at a directory on the shared volume")
+    return VolumeError(f"cannot {doing} {path}: {exc.strerror or exc}")
+
+
+__all__ = ["CACHEDIR_TAG", "LAYOUT_VERSION", "SUBDIRS", "Layout", "volume_error"]

@@ -1,0 +1,189 @@
+"""Single flight: one builder per key across Pods and nodes, everyone else waits and reuses its result.
+
+Two mechanisms, one interface (:class:`BuildLock`):
+
+* ``flock`` (default where it works): ``filelock.UnixFileLock`` on ``.locks/<key>.lock``. The kernel (or the
+  NFS/CephFS lock manager) drops the lock when the holder dies, SIGKILL and OOM included, so the next waiter
+  takes over at once. The lock file is never deleted: unlinking it would split waiters across inodes.
+* ``lease`` (filesystems without working locks: FUSE object-store mounts, NFS mounted ``nolock``):
+  ``filelock.SoftFileLease`` on ``.locks/<key>.lease``, an exclusive-create file that the holder refreshes; a
+  claim unchanged for :data:`LEASE_SECONDS` is taken over.
+
+``auto`` picks ``lease`` for FUSE and ``nolock``/``local_lock`` NFS mounts (read from ``/proc/self/mountinfo``)
+and falls back to it when flock fails with ENOLCK/EOPNOTSUPP/ENOSYS. Either way the holder keeps an owner
+record (``.locks/<key>.owner.json``) with a heartbeat, which waiters quote in their progress lines. The atomic
+rename in :mod:`trtwarm.store` stays the guarantee: a lock that fails to exclude costs a duplicate build only.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from trtwarm.config import Identity
+from trtwarm.errors import LockTimeoutError
+from trtwarm.fsutil import TooLarge, atomic_write_json, read_bounded
+from trtwarm.layout import Layout
+
+log = logging.getLogger("trtwarm.lock")
+LEASE_SECONDS = 30.0
+HEARTBEAT_SECONDS = 5.0
+PROGRESS_SECONDS = 10.0
+POLL_SECONDS = 0.02
+_NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS})
+
+
+def _mount_of(path: Path, mountinfo: str) -> tuple[str, str, str]:
+    """Return ``(mount point, fstype, super options)`` of the mount holding *path*."""
+    best = ("/", "", "")
+    for line in mountinfo.splitlines():
+        left, _, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if len(fields) < 5 or len(tail) < 3:
+            continue
+        point = fields[4].replace("\\040", " ")
+        inside = str(path) == point or str(path).startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best[0]):
+            best = (point, tail[0], tail[2] + "," + fields[5])
+    return best
+
+
+def detect_mode(path: Path, mountinfo: str | None = None) -> tuple[str, str]:
+    """Return ``(lock mode, filesystem type)`` suited to the volume at *path*."""
+    if mountinfo is None:
+        try:
+            mountinfo = Path("/proc/self/mountinfo").read_text()
+        except OSError:
+            return "flock", "unknown"
+    _point, fstype, options = _mount_of(Path(os.path.realpath(path)), mountinfo)
+    opts = set(options.split(","))
+    if fstype.startswith("fuse"):
+        return "lease", fstype
+    if fstype.startswith("nfs") and (opts & {"nolock", "local_lock=all", "local_lock=flock"}):
+        return "lease", fstype
+    return "flock", fstype
+
+
+def read_owner(path: Path) -> dict[str, Any] | None:
+    """Read an owner record; None when absent or unreadable (it is advisory)."""
+    try:
+        doc = json.loads(read_bounded(path, 64 * 1024))
+    except (OSError, TooLarge, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def describe_owner(owner: dict[str, Any] | None) -> str:
+    """``pod X on node Y for N s`` from an owner record."""
+    if not owner:
+        return "an unknown holder"
+    who = (f"pod {owner['pod']} on node {owner.get('node') or '?'}" if owner.get("pod")
+           else f"pid {owner.get('pid')} on host {owner.get('hostname')}")
+    started = owner.get("started")
+    return f"{who} for {time.time() - started:.0f} s" if isinstance(started, (int, float)) else who
+
+
+class BuildLock:
+    """The build lock of one key (or of one GPU); a context manager.
+
+    :param on_wait: called every :data:`PROGRESS_SECONDS` while blocked, with ``(elapsed seconds, owner record)``
+    """
+
+    def __init__(self, layout: Layout, lock_id: str, identity: Identity, *, mode: str = "auto",
+                 timeout: float = 3600.0, on_wait: Callable[[float, dict[str, Any] | None], None] | None = None,
+                 progress: float = PROGRESS_SECONDS) -> None:
+        self.layout, self.lock_id, self.identity = layout, lock_id, identity
+        self.requested_mode, self.timeout, self.progress = mode, timeout, progress
+        self.on_wait = on_wait
+        self.mode = mode if mode != "auto" else detect_mode(layout.root)[0]
+        self.waited = 0.0
+        self.contended = False
+        self._lock: Any = None
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+        self._started = 0.0
+
+    def _make(self) -> Any:
+        import filelock  # ~0.1 s to import: only a miss pays it
+
+        self.layout.locks.mkdir(exist_ok=True)
+        if self.mode == "lease":
+            return filelock.SoftFileLease(self.layout.lease_path(self.lock_id), lease_duration=LEASE_SECONDS,
+                                          heartbeat_interval=HEARTBEAT_SECONDS, mode=0o664)
+        return filelock.UnixFileLock(self.layout.lock_path(self.lock_id), mode=0o664, fallback_to_soft=False,
+                                     preserve_lock_file=True)
+
+    def acquire(self) -> BuildLock:
+        """Block until the lock is ours. :raises LockTimeoutError: after ``timeout`` seconds, naming the holder."""
+        import filelock
+
+        start = time.monotonic()
+        self._lock = self._make()
+        while True:
+            remaining = self.timeout - (time.monotonic() - start)
+            if remaining <= 0:
+                owner = read_owner(self.layout.owner_path(self.lock_id))
+                raise LockTimeoutError(f"gave up after {self.timeout:.0f} s waiting for the build lock of "
+                                       f"{self.lock_id[:16]}, held by {describe_owner(owner)}")
+            try:
+                self._lock.acquire(timeout=min(remaining, self.progress), poll_interval=POLL_SECONDS)
+                break
+            except filelock.Timeout:
+                self.contended = True
+                if self.on_wait is not None:
+                    self.on_wait(time.monotonic() - start, read_owner(self.layout.owner_path(self.lock_id)))
+            except OSError as exc:
+                if exc.errno not in _NO_LOCKS or self.mode == "lease" or self.requested_mode == "flock":
+                    raise
+                log.warning("flock is not supported on %s (%s); falling back to lease locks", self.layout.root,
+                            exc.strerror)
+                self.mode, self._lock = "lease", None
+                self._lock = self._make()
+        self.waited = time.monotonic() - start
+        self._started = time.time()
+        self._write_owner()
+        self._beat = threading.Thread(target=self._heartbeat, name="trtwarm-lock-heartbeat", daemon=True)
+        self._beat.start()
+        return self
+
+    def _write_owner(self) -> None:
+        ident = self.identity
+        atomic_write_json(self.layout.owner_path(self.lock_id), {
+            "pod": ident.pod, "namespace": ident.namespace, "node": ident.node, "hostname": ident.hostname,
+            "pid": os.getpid(), "started": self._started, "heartbeat": time.time(), "mode": self.mode,
+        }, 0o664)
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_SECONDS):
+            try:
+                self._write_owner()
+            except OSError as exc:  # advisory only; the lock itself is what excludes
+                log.debug("owner heartbeat failed: %s", exc)
+
+    def release(self) -> None:
+        """Release the lock and remove our owner record; the lock file itself stays."""
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join(timeout=2)
+        owner = read_owner(self.layout.owner_path(self.lock_id))
+        if owner and owner.get("pid") == os.getpid() and owner.get("hostname") == self.identity.hostname:
+            self.layout.owner_path(self.lock_id).unlink(missing_ok=True)
+        if self._lock is not None:
+            self._lock.release()
+
+    def __enter__(self) -> BuildLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+__all__ = ["HEARTBEAT_SECONDS", "LEASE_SECONDS", "PROGRESS_SECONDS", "BuildLock", "describe_owner", "detect_mode",
+           "read_owner"]

@@ -1,0 +1,192 @@
+"""Model inspection: what the ONNX file is, which files it consists of, and their digests.
+
+:func:`inspect_model` opens the ONNX file without its weights (``onnx`` is imported only then), lists its real
+inputs and every external-data file it references, checks those exist and are large enough, and hashes all of
+them. The facts are memoised in the stat cache (:mod:`trtwarm.statcache`), so a repeat start hashes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from trtwarm.config import ShapeSpec
+from trtwarm.errors import ConfigError, ModelError
+from trtwarm.fsutil import sha256_file
+
+
+@dataclass(frozen=True)
+class InputInfo:
+    """A graph input that is not an initializer: name, element type name and dims (None for symbolic)."""
+
+    name: str
+    dtype: str
+    dims: tuple[int | None, ...]
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """One file the model consists of; *location* is relative to the ONNX file's directory ("" for the ONNX)."""
+
+    location: str
+    sha256: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """Everything trtwarm needs to know about a model: its files with digests, and its inputs."""
+
+    onnx: ModelFile
+    external: tuple[ModelFile, ...]
+    inputs: tuple[InputInfo, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """Return a JSON-able form (for the stat cache)."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> ModelFacts:
+        """Rebuild from :meth:`to_json` output. :raises (KeyError, TypeError): on a malformed document."""
+        return cls(ModelFile(**doc["onnx"]), tuple(ModelFile(**f) for f in doc["external"]),
+                   tuple(InputInfo(i["name"], i["dtype"], tuple(i["dims"])) for i in doc["inputs"]))
+
+    def input(self, name: str) -> InputInfo | None:
+        """Return the input called *name*, if any."""
+        return next((i for i in self.inputs if i.name == name), None)
+
+
+def check_model_path(path: Path) -> os.stat_result:
+    """Check that *path* is a non-empty regular file we can read, and return its stat.
+
+    :raises ModelError: missing, a directory, empty or unreadable
+    """
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise ModelError(f"model {path} does not exist", hint="check --model and that the model volume is mounted")\
+            from None
+    except OSError as exc:
+        raise ModelError(f"cannot read model {path}: {exc.strerror}") from exc
+    if not path.is_file():
+        raise ModelError(f"model {path} is not a regular file", hint="--model must name the .onnx file itself")
+    if st.st_size == 0:
+        raise ModelError(f"model {path} is empty (0 bytes)", hint="the model download or copy did not finish")
+    if not os.access(path, os.R_OK):
+        raise ModelError(f"model {path} is not readable by this user")
+    return st
+
+
+def _all_tensors(graph: Any) -> list[Any]:
+    """Initializers and tensor attributes of *graph* and its subgraphs (where external data can live)."""
+    tensors = list(graph.initializer)
+    tensors += [t for s in graph.sparse_initializer for t in (s.values, s.indices)]
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                tensors.append(attr.t)
+            tensors.extend(attr.tensors)
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                tensors += _all_tensors(sub)
+    return tensors
+
+
+def _external_refs(tensors: list[Any], onnx: Any) -> dict[str, int]:
+    """Map each external-data location to the number of bytes the model needs from it."""
+    needed: dict[str, int] = {}
+    for tensor in tensors:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        location = info.get("location", "")
+        end = int(info.get("offset", 0) or 0) + int(info.get("length", 0) or 0)
+        needed[location] = max(needed.get(location, 0), end)
+    return needed
+
+
+def _check_location(model: Path, location: str) -> Path:
+    rel = PurePosixPath(location)
+    if not location or rel.is_absolute() or ".." in rel.parts:
+        raise ModelError(f"model {model} references external data {location!r} outside its directory",
+                         hint="external-data locations must be relative paths beside the .onnx file")
+    return model.parent / rel
+
+
+def _parse(model: Path) -> Any:
+    import onnx  # heavy; only needed when the stat cache misses
+    from google.protobuf.message import DecodeError
+
+    try:
+        proto = onnx.load(str(model), load_external_data=False)
+    except (DecodeError, ValueError, RuntimeError, UnicodeDecodeError) as exc:
+        raise ModelError(f"model {model} is not an ONNX file ({type(exc).__name__}: {exc})",
+                         hint="--model must be an ONNX ModelProto (.onnx)") from exc
+    if proto.ir_version <= 0 or not proto.graph.node or not proto.graph.output:
+        raise ModelError(f"model {model} is not an ONNX model (no IR version, nodes or outputs)",
+                         hint="--model must be an ONNX ModelProto (.onnx)")
+    return onnx, proto
+
+
+def inspect_uncached(model: Path, before: dict[str, os.stat_result] | None = None) -> ModelFacts:
+    """Parse, validate and hash *model* and its external data (no stat cache).
+
+    :param before: if given, filled with each file's stat taken just before it was hashed ("" is the ONNX file)
+
+    :raises ModelError: not ONNX, or external data missing, escaping its directory or too short
+    """
+    onnx, proto = _parse(model)
+    graph = proto.graph
+    weights = {t.name for t in graph.initializer}
+    inputs = []
+    for value in graph.input:
+        if value.name in weights:
+            continue
+        tensor_type = value.type.tensor_type
+        dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor_type.shape.dim)
+        inputs.append(InputInfo(value.name, onnx.TensorProto.DataType.Name(tensor_type.elem_type), dims))
+    external = []
+    for location, needed in sorted(_external_refs(_all_tensors(graph), onnx).items()):
+        path = _check_location(model, location)
+        if not path.is_file():
+            raise ModelError(f"model {model} references external data {location!r}, which is missing",
+                             hint=f"copy {location} next to {model.name}")
+        if before is not None:
+            before[location] = path.stat()
+        digest, size = sha256_file(path)
+        if size < needed:
+            raise ModelError(f"external data {location!r} of {model} holds {size} bytes; the model needs {needed}",
+                             hint="the external-data file is truncated or from another export")
+        external.append(ModelFile(location, digest, size))
+    if before is not None:
+        before[""] = model.stat()
+    digest, size = sha256_file(model)
+    return ModelFacts(ModelFile("", digest, size), tuple(external), tuple(inputs))
+
+
+def validate_shapes(facts: ModelFacts, shapes: tuple[ShapeSpec, ...]) -> None:
+    """Check every ``--shape`` against the model's inputs: known name, same rank, fixed dims respected.
+
+    :raises ConfigError: naming the offending input and listing the real ones
+    """
+    names = ", ".join(i.name for i in facts.inputs) or "(none)"
+    for spec in shapes:
+        info = facts.input(spec.name)
+        if info is None:
+            raise ConfigError(f"--shape names input {spec.name!r}, which the model does not have",
+                              hint=f"the model's inputs are: {names}")
+        if info.dims and len(info.dims) != len(spec.opt):
+            raise ConfigError(f"--shape {spec.name}: rank {len(spec.opt)}, but the model's input has rank "
+                              f"{len(info.dims)} {_fmt(info.dims)}")
+        for i, fixed in enumerate(info.dims):
+            if fixed is not None and not spec.min[i] == spec.opt[i] == spec.max[i] == fixed:
+                raise ConfigError(f"--shape {spec.name}: dimension {i} is fixed to {fixed} in the model "
+                                  f"{_fmt(info.dims)}")
+
+
+def _fmt(dims: tuple[int | None, ...]) -> str:
+    return "x".join("?" if d is None else str(d) for d in dims)
+
+
+__all__ = ["InputInfo", "ModelFacts", "ModelFile", "check_model_path", "inspect_uncached", "validate_shapes"]

@@ -1,0 +1,252 @@
+"""Verified lookup and atomic publication of cache entries.
+
+Publish protocol (the guarantee; the lock only avoids duplicate work): build in a private directory under
+``.staging/`` on the same filesystem, fsync the files, write ``manifest.json`` last, fsync the directory, rename
+it into ``entries/`` once, fsync ``entries/``. A reader sees a complete entry or none. If the rename finds the
+target taken, another builder won the race: our copy is discarded and theirs is used.
+
+Lookup verifies before it hands anything over: manifest readable, bounded and for this key; the engine a
+regular file (not a symlink) of the recorded size and SHA-256. A failing entry is renamed into ``.quarantine/``
+and reported as a miss, so the caller rebuilds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import os
+import secrets
+import shutil
+import socket
+import stat
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trtwarm.errors import EntryInvalid
+from trtwarm.fsutil import (
+    READ_ONLY_ERRNOS,
+    TooLarge,
+    atomic_write_json,
+    fsync_dir,
+    fsync_file,
+    pid_alive,
+    read_bounded,
+    sha256_file,
+)
+from trtwarm.key import sanitize
+from trtwarm.layout import Layout
+
+log = logging.getLogger("trtwarm.store")
+MANIFEST = "manifest.json"
+MANIFEST_LIMIT = 1 << 20
+STALE_STAGING_SECONDS = 24 * 3600.0
+_LOST_RACE = frozenset({errno.ENOTEMPTY, errno.EEXIST})
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A published, verified entry."""
+
+    path: Path
+    manifest: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        """The entry's directory name."""
+        return self.path.name
+
+    @property
+    def key(self) -> str:
+        """The full key."""
+        return str(self.manifest["key"])
+
+    @property
+    def engine(self) -> Path:
+        """The engine file."""
+        return self.path / str(self.manifest["engine_file"])
+
+
+def read_manifest(path: Path) -> dict[str, Any]:
+    """Read and shape-check ``<entry>/manifest.json``. :raises EntryInvalid: missing, huge, garbage, incomplete."""
+    try:
+        doc = json.loads(read_bounded(path / MANIFEST, MANIFEST_LIMIT))
+    except FileNotFoundError:
+        raise EntryInvalid("manifest.json is missing") from None
+    except TooLarge:
+        raise EntryInvalid(f"manifest.json is larger than {MANIFEST_LIMIT} bytes") from None
+    except (ValueError, UnicodeDecodeError):
+        raise EntryInvalid("manifest.json is not valid JSON") from None
+    except OSError as exc:
+        raise EntryInvalid(f"manifest.json is unreadable ({exc.strerror})") from None
+    if not isinstance(doc, dict):
+        raise EntryInvalid("manifest.json is not a JSON object")
+    engine_file = doc.get("engine_file")
+    if not (isinstance(doc.get("key"), str) and isinstance(doc.get("engine_sha256"), str)
+            and isinstance(doc.get("engine_bytes"), int) and isinstance(engine_file, str)):
+        raise EntryInvalid("manifest.json lacks key, engine_file, engine_sha256 or engine_bytes")
+    if os.path.basename(engine_file) != engine_file or engine_file in ("", ".", ".."):
+        raise EntryInvalid(f"manifest.json names an engine outside the entry: {engine_file!r}")
+    return doc
+
+
+def check_entry(path: Path, key: str | None, *, digest: bool = True) -> Entry:
+    """Verify the entry at *path* (for *key*, when given). :raises EntryInvalid: with the reason."""
+    entry = Entry(path, read_manifest(path))
+    if key is not None and entry.key != key:
+        raise EntryInvalid(f"manifest.json is for another key ({entry.key[:16]})")
+    try:
+        st = os.lstat(entry.engine)
+    except FileNotFoundError:
+        raise EntryInvalid("engine file is missing") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise EntryInvalid("engine file is a symlink")
+    if not stat.S_ISREG(st.st_mode):
+        raise EntryInvalid("engine file is not a regular file")
+    if st.st_size != entry.manifest["engine_bytes"]:
+        raise EntryInvalid(f"engine is {st.st_size} bytes, manifest says {entry.manifest['engine_bytes']} (truncated)")
+    if digest and sha256_file(entry.engine)[0] != entry.manifest["engine_sha256"]:
+        raise EntryInvalid("engine SHA-256 does not match the manifest (corrupt)")
+    return entry
+
+
+class EngineStore:
+    """Lookup, quarantine and publish on one cache volume."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+
+    def find(self, key: str, name: str | None = None) -> Path | None:
+        """Return the directory holding *key* (tried by *name* first, then by the ``--<key16>`` suffix)."""
+        if name is not None and (self.layout.entry_dir(name)).is_dir():
+            return self.layout.entry_dir(name)
+        suffix = "--" + key[:16]
+        try:
+            with os.scandir(self.layout.entries) as it:
+                return next((Path(e.path) for e in it if e.name.endswith(suffix)), None)
+        except FileNotFoundError:
+            return None
+
+    def lookup(self, key: str, name: str | None = None,
+               check: Callable[[Entry], None] | None = None) -> Entry | None:
+        """Return the verified entry for *key*, or None; a bad entry is quarantined and reported as None.
+
+        :param check: an extra check (e.g. a real load); it raises :class:`EntryInvalid` to reject the entry
+        """
+        path = self.find(key, name)
+        if path is None:
+            return None
+        try:
+            entry = check_entry(path, key)
+            if check is not None:
+                check(entry)
+        except EntryInvalid as exc:
+            if not path.exists():  # removed by gc while we read it: a plain miss
+                return None
+            log.warning("entry %s failed verification: %s; quarantining it and rebuilding", path.name, exc.reason)
+            self.quarantine(path, exc.reason)
+            return None
+        return entry
+
+    def quarantine(self, path: Path, reason: str) -> Path | None:
+        """Move the entry at *path* into ``.quarantine/`` (kept for inspection); None if it could not be moved."""
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        target = self.layout.quarantine / f"{path.name}.{stamp}.{sanitize(reason, 40)}.{secrets.token_hex(2)}"
+        try:
+            self.layout.quarantine.mkdir(exist_ok=True)
+            os.rename(path, target)
+        except FileNotFoundError:
+            return None  # another reader quarantined it first
+        except OSError as exc:
+            if exc.errno not in READ_ONLY_ERRNOS:
+                raise
+            log.warning("cannot quarantine %s on a read-only volume; ignoring it", path.name)
+            return None
+        return target
+
+    @contextlib.contextmanager
+    def staging(self, key: str) -> Iterator[Path]:
+        """Create a private staging directory for a build of *key*; remove it afterwards unless published."""
+        name = f"{key[:16]}.{_host()}.{os.getpid()}.{secrets.token_hex(4)}"
+        path = self.layout.staging / name
+        path.mkdir(mode=self.layout.dir_mode())
+        try:
+            yield path
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def publish(self, staging: Path, name: str, manifest: dict[str, Any]) -> bool:
+        """Seal *staging* with *manifest* and rename it to ``entries/<name>``.
+
+        :return: True if ours is now the entry, False if another builder published first (ours is discarded)
+        """
+        mode = self.layout.file_mode()
+        for item in staging.iterdir():
+            os.chmod(item, mode)
+            fsync_file(item)
+        atomic_write_json(staging / MANIFEST, manifest, mode)
+        os.chmod(staging, self.layout.dir_mode())
+        fsync_dir(staging)
+        try:
+            os.rename(staging, self.layout.entry_dir(name))
+        except OSError as exc:
+            if exc.errno not in _LOST_RACE:
+                raise
+            log.info("another builder published %s first; discarding this build", name)
+            return False
+        fsync_dir(self.layout.entries)
+        return True
+
+    def clean_staging(self, key: str | None = None, max_age: float = STALE_STAGING_SECONDS) -> list[Path]:
+        """Remove staging directories of dead builders: same host and pid gone, or older than *max_age*.
+
+        Call it with the key's build lock held, so no live builder of that key is working there.
+        """
+        removed = []
+        host = _host()
+        for path in _listdir(self.layout.staging):
+            parts = path.name.split(".")
+            if key is not None and parts[0] != key[:16]:
+                continue
+            try:
+                age = time.time() - path.stat().st_mtime
+            except FileNotFoundError:
+                continue
+            dead = len(parts) >= 4 and parts[-3] == host and parts[-2].isdigit() and not pid_alive(int(parts[-2]))
+            if dead or age > max_age:
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+        return removed
+
+    def touch_use(self, key: str) -> None:
+        """Record that *key* was used now (for LRU garbage collection); ignored on a read-only volume."""
+        path = self.layout.use_path(key)
+        try:
+            path.touch(mode=self.layout.file_mode())
+            os.utime(path)
+        except OSError as exc:
+            if exc.errno not in READ_ONLY_ERRNOS | {errno.ENOENT}:
+                raise
+
+    def entries(self) -> Iterator[Path]:
+        """Yield the entry directories (unverified), in directory order."""
+        yield from _listdir(self.layout.entries)
+
+
+def _host() -> str:
+    return sanitize(socket.gethostname(), 32).replace(".", "-")  # '.' separates the staging name's fields
+
+
+def _listdir(path: Path) -> list[Path]:
+    try:
+        with os.scandir(path) as it:
+            return [Path(e.path) for e in it if e.is_dir(follow_symlinks=False)]
+    except FileNotFoundError:
+        return []
+
+
+__all__ = ["MANIFEST", "MANIFEST_LIMIT", "EngineStore", "Entry", "check_entry", "read_manifest"]

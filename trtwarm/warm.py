@@ -1,0 +1,234 @@
+"""The init-container algorithm: resolve the key, then hit, or wait for another builder, or build exactly once.
+
+::
+
+    resolve key ─► verified entry? ──yes──► hit
+                        │ no
+                        ▼
+                 take the key's lock (waiters log every 10 s) ─► entry appeared? ──yes──► waited
+                        │ no
+                        ▼
+                 build in staging ─► load check ─► publish (one rename) ─► built
+
+Idempotent: a restarted init finds the entry it published and is a fast hit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from trtwarm import __version__, handoff
+from trtwarm.builders import Builder, get_builder
+from trtwarm.config import Settings
+from trtwarm.errors import BuildError, EntryInvalid, LockTimeoutError, VolumeError
+from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS, sha256_file
+from trtwarm.handoff import WarmReport
+from trtwarm.key import entry_name, key_document, key_of, model_fields
+from trtwarm.layout import Layout, volume_error
+from trtwarm.lock import PROGRESS_SECONDS, BuildLock, describe_owner
+from trtwarm.model import ModelFacts, check_model_path
+from trtwarm.statcache import inspect_model
+from trtwarm.store import EngineStore, Entry
+
+log = logging.getLogger("trtwarm.warm")
+
+
+@dataclass
+class Plan:
+    """A resolved key and everything needed to act on it."""
+
+    settings: Settings
+    layout: Layout
+    builder: Builder
+    facts: ModelFacts
+    doc: dict[str, Any]
+    key: str
+    name: str
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def store(self) -> EngineStore:
+        """The store of this plan's volume."""
+        return EngineStore(self.layout)
+
+    @property
+    def label(self) -> str:
+        """``name (key16)`` for log lines."""
+        return f"{self.name} ({self.key[:16]})"
+
+
+def resolve(settings: Settings) -> Plan:
+    """Inspect the model and the builder and compute the key document, the key and the entry name.
+
+    :raises ModelError, ConfigError, VolumeError: bad model, bad configuration, unusable cache dir
+    """
+    start = time.monotonic()
+    check_model_path(settings.model)
+    layout = Layout(settings.cache_dir)
+    layout.check()
+    builder = get_builder(settings)
+    identity = builder.identity()
+    facts, _memo = inspect_model(settings.model, layout.statcache if layout.statcache.is_dir() else None)
+    doc = key_document(model_fields(facts), identity, builder.device(), builder.build_fields(facts))
+    key = key_of(doc)
+    name = entry_name(doc, key, settings.name or settings.model.stem)
+    return Plan(settings, layout, builder, facts, doc, key, name, {"key": time.monotonic() - start})
+
+
+def _load_check(plan: Plan) -> Callable[[Entry], None] | None:
+    if plan.settings.verify != "load":
+        return None
+
+    def check(entry: Entry) -> None:
+        start = time.monotonic()
+        plan.builder.load(entry.engine, plan.facts)
+        plan.seconds["verify"] = plan.seconds.get("verify", 0.0) + time.monotonic() - start
+
+    return check
+
+
+def _lookup(plan: Plan) -> Entry | None:
+    start = time.monotonic()
+    entry = plan.store.lookup(plan.key, plan.name, _load_check(plan))
+    plan.seconds["verify"] = plan.seconds.get("verify", 0.0) + time.monotonic() - start
+    return entry
+
+
+@contextlib.contextmanager
+def ticker(message: str, *args: object, every: float = PROGRESS_SECONDS) -> Iterator[None]:
+    """Log ``message (N s elapsed)`` every *every* seconds while the block runs."""
+    stop, start = threading.Event(), time.monotonic()
+
+    def run() -> None:
+        while not stop.wait(every):
+            log.info(message + " (%.0f s elapsed)", *args, time.monotonic() - start)
+
+    thread = threading.Thread(target=run, name="trtwarm-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=1)
+
+
+def _manifest(plan: Plan, engine_file: str, digest: str, size: int, build_seconds: float) -> dict[str, Any]:
+    ident = plan.settings.identity
+    return {"schema": 1, "key": plan.key, "key_document": plan.doc, "name": plan.name, "engine_file": engine_file,
+            "engine_sha256": digest, "engine_bytes": size, "created": time.time(),
+            "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "build_seconds": round(build_seconds, 3), "trtwarm_version": __version__,
+            "built_by": {"pod": ident.pod, "namespace": ident.namespace, "node": ident.node,
+                         "hostname": ident.hostname, "pid": os.getpid()}}
+
+
+def _build_into(plan: Plan, staging: Any) -> dict[str, Any]:
+    start = time.monotonic()
+    with ticker("building %s", plan.label):
+        engine = plan.builder.build(plan.settings.model, plan.facts, staging)
+    plan.seconds["build"] = time.monotonic() - start
+    log.info("built %s in %.1f s; checking that it loads", plan.label, plan.seconds["build"])
+    try:
+        plan.builder.load(engine, plan.facts)
+    except EntryInvalid as exc:
+        raise BuildError(f"the freshly built engine {exc.reason}", hint="the builder produced an engine this node "
+                         "cannot load; check the builder and runtime versions") from exc
+    digest, size = sha256_file(engine)
+    return _manifest(plan, engine.name, digest, size, plan.seconds["build"])
+
+
+def build_and_publish(plan: Plan) -> Entry:
+    """Build into a private staging directory and publish it with one rename (call with the key's lock held).
+
+    :raises BuildError: the builder failed; :raises VolumeError: the volume is full or read-only
+    """
+    store = plan.store
+    for path in store.clean_staging(plan.key):
+        log.info("removed stale staging directory %s left by a dead builder", path.name)
+    try:
+        with store.staging(plan.key) as staging:
+            won = store.publish(staging, plan.name, _build_into(plan, staging))
+    except OSError as exc:
+        if exc.errno in FULL_ERRNOS | READ_ONLY_ERRNOS:
+            raise volume_error(exc, plan.layout.root, "publish an engine in") from exc
+        raise
+    entry = store.lookup(plan.key, plan.name)
+    if entry is None:
+        raise BuildError(f"the published entry {plan.name} did not verify", hint="see the quarantine warning above")
+    if not won:
+        plan.seconds.pop("build", None)
+    return entry
+
+
+def _on_wait(plan: Plan) -> Callable[[float, dict[str, Any] | None], None]:
+    def report(elapsed: float, owner: dict[str, Any] | None) -> None:
+        log.info("waiting for %s: being built by %s (%.0f s waited)", plan.label, describe_owner(owner), elapsed)
+
+    return report
+
+
+def _single_flight(plan: Plan) -> tuple[Entry, str]:
+    s = plan.settings
+    plan.layout.ensure()
+    lock = BuildLock(plan.layout, plan.key, s.identity, mode=s.lock_mode, timeout=s.lock_timeout,
+                     on_wait=_on_wait(plan))
+    with lock:
+        plan.seconds["wait"] = lock.waited
+        entry = _lookup(plan)
+        if entry is not None:
+            log.info("%s appeared while waiting %.1f s", plan.label, lock.waited)
+            return entry, "waited"
+        log.info("building %s (lock mode %s)", plan.label, lock.mode)
+        gpu_lock = plan.builder.gpu_lock_id()
+        with (BuildLock(plan.layout, gpu_lock, s.identity, mode=s.lock_mode, timeout=s.lock_timeout,
+                        on_wait=_on_wait(plan)) if gpu_lock else contextlib.nullcontext()):
+            return build_and_publish(plan), "built"
+
+
+def _wait_read_only(plan: Plan) -> Entry:
+    start = last = time.monotonic()
+    while (elapsed := time.monotonic() - start) < plan.settings.lock_timeout:
+        time.sleep(0.5)
+        if (entry := _lookup(plan)) is not None:
+            plan.seconds["wait"] = time.monotonic() - start
+            return entry
+        if time.monotonic() - last >= PROGRESS_SECONDS:
+            last = time.monotonic()
+            log.info("--read-only: waiting for another builder to publish %s (%.0f s)", plan.label, elapsed)
+    raise LockTimeoutError(f"--read-only: no engine for {plan.label} appeared within {plan.settings.lock_timeout:.0f} "
+                           "s", hint="build it elsewhere first (a Pod without --read-only, or CI), or raise "
+                           "--lock-timeout")
+
+
+def warm(settings: Settings) -> WarmReport:
+    """Run ``trtwarm init``: return the report after writing the hand-off. :raises TrtwarmError: see errors."""
+    start = time.monotonic()
+    handoff.clear(settings.handoff_dir)
+    plan = resolve(settings)
+    log.info("key %s for %s", plan.key[:16], plan.name)
+    entry, result = _lookup(plan), "hit"
+    if entry is None:
+        entry, result = (_wait_read_only(plan), "waited") if settings.read_only else _single_flight(plan)
+    plan.store.touch_use(plan.key)
+    plan.seconds["total"] = time.monotonic() - start
+    report = WarmReport(key=plan.key, name=plan.name, path=str(entry.engine), result=result,
+                        seconds={k: plan.seconds.get(k, 0.0) for k in ("key", "wait", "build", "verify", "total")},
+                        device=plan.doc["device"], builder=plan.doc["builder"], model_sha256=plan.facts.onnx.sha256,
+                        precision=str(plan.doc["build"].get("precision", "")), verify=settings.verify,
+                        engine_bytes=int(entry.manifest["engine_bytes"]), lock_mode=settings.lock_mode)
+    try:
+        handoff.write(settings.handoff_dir, report)
+    except OSError as exc:
+        raise VolumeError(f"cannot write the hand-off to {settings.handoff_dir}: {exc.strerror}",
+                          hint="mount a writable emptyDir at --handoff-dir, shared with the inference container") from exc
+    return report
+
+
+__all__ = ["Plan", "build_and_publish", "resolve", "ticker", "warm"]
