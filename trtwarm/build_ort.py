@@ -24,6 +24,14 @@ _DTYPES = {"float": "float32", "float16": "float16", "double": "float64", "int64
            "int8": "int8", "uint8": "uint8", "bool": "bool", "bfloat16": "float32"}
 
 
+def ort_errors() -> tuple[type[BaseException], ...]:
+    """ONNX Runtime's own exception types (they derive from Exception directly), plus RuntimeError/ValueError."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as state
+
+    own = [v for v in vars(state).values() if isinstance(v, type) and issubclass(v, Exception)]
+    return (RuntimeError, ValueError, *own)
+
+
 def ort_version() -> tuple[str, str]:
     """Return ``(distribution, version)`` of the installed ONNX Runtime, without importing it."""
     for dist in ("onnxruntime", "onnxruntime-gpu"):
@@ -86,7 +94,7 @@ class OrtBuilder(Builder):
                                              "model.ort.data")
         try:
             self._session(model, options)
-        except (RuntimeError, ValueError) as exc:  # ORT's Fail/InvalidGraph/... derive from RuntimeError
+        except ort_errors() as exc:
             raise BuildError(f"ONNX Runtime could not optimise the model: {exc}", log_tail=str(exc)) from exc
         if not output.is_file() or output.stat().st_size == 0:
             raise BuildError("ONNX Runtime wrote no optimised model")
@@ -113,7 +121,7 @@ class OrtBuilder(Builder):
         try:
             session = self._session(engine, options)
             session.run(None, self.feeds(session))
-        except (RuntimeError, ValueError) as exc:
+        except ort_errors() as exc:
             raise EntryInvalid(f"does not load in ONNX Runtime: {exc}") from exc
 
 

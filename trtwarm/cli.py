@@ -51,25 +51,23 @@ def add_init_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-format", default="text", choices=["text", "json"])
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with *only*, just that subcommand's options are defined (a hit should not pay for the rest)."""
     parser = argparse.ArgumentParser(prog="trtwarm", description="Build TensorRT engines once, reuse them everywhere.",
                                      epilog=_exit_codes_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"trtwarm {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     init = sub.add_parser("init", help="init-container entrypoint: hit, wait or build once", epilog=_exit_codes_epilog(),
                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_init_flags(init)
-    init.add_argument("--handoff-dir", default=str(DEFAULT_HANDOFF_DIR), help="engine.json + engine link (%(default)s)")
-    init.add_argument("--lock-timeout", default="1h", help="longest wait for another builder (%(default)s)")
-    init.add_argument("--lock-mode", default="auto", choices=["auto", "flock", "lease"])
-    init.add_argument("--read-only", action="store_true", help="never build; wait for another builder's entry")
-    init.add_argument("--verify", default="digest", choices=["digest", "load"], help="check on a hit (%(default)s)")
+    if only in (None, "init"):
+        _init_only_flags(init)
     init.set_defaults(func=cmd_init)
     key = sub.add_parser("key", help="print the key document and key without building")
-    add_init_flags(key)
-    key.add_argument("--json", action="store_true")
+    if only in (None, "key"):
+        add_init_flags(key)
+        key.add_argument("--json", action="store_true")
     key.set_defaults(func=cmd_key, handoff_dir=str(DEFAULT_HANDOFF_DIR), lock_timeout="1h", lock_mode="auto",
-                     read_only=False, verify="digest")
+                     progress_interval="10s", read_only=False, verify="digest")
     ls = sub.add_parser("ls", help="list the ready entries")
     ls.add_argument("--cache-dir", default=str(DEFAULT_CACHE_DIR))
     ls.add_argument("--json", action="store_true")
@@ -79,6 +77,16 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--workdir", help="where the model and hand-off dirs go (default: a temporary directory)")
     demo.set_defaults(func=cmd_demo)
     return parser
+
+
+def _init_only_flags(init: argparse.ArgumentParser) -> None:
+    add_init_flags(init)
+    init.add_argument("--handoff-dir", default=str(DEFAULT_HANDOFF_DIR), help="engine.json + engine link (%(default)s)")
+    init.add_argument("--lock-timeout", default="1h", help="longest wait for another builder (%(default)s)")
+    init.add_argument("--lock-mode", default="auto", choices=["auto", "flock", "lease"])
+    init.add_argument("--progress-interval", default="10s", help="seconds between progress lines (%(default)s)")
+    init.add_argument("--read-only", action="store_true", help="never build; wait for another builder's entry")
+    init.add_argument("--verify", default="digest", choices=["digest", "load"], help="check on a hit (%(default)s)")
 
 
 def _apply_env(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
@@ -172,9 +180,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     ns: argparse.Namespace | None = None
     logsetup.setup(environ.get("TRTWARM_LOG_FORMAT", "text"))
     try:
-        parser = _parser()
+        args = list(sys.argv[1:] if argv is None else argv)
+        parser = _parser(args[0] if args and not args[0].startswith("-") else None)
         _apply_env(parser, environ)
-        ns = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        ns = parser.parse_args(args)
         logsetup.setup(getattr(ns, "log_format", "text"))
         return int(ns.func(ns, environ))
     except TrtwarmError as exc:

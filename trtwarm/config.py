@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import re
-import socket
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,7 +110,7 @@ class Identity:
     def from_env(cls, environ: Mapping[str, str]) -> Identity:
         """Read the identity from *environ*."""
         return cls(environ.get("POD_NAME") or None, environ.get("POD_NAMESPACE") or None,
-                   environ.get("NODE_NAME") or None, socket.gethostname())
+                   environ.get("NODE_NAME") or None, os.uname().nodename)
 
     def describe(self) -> str:
         """Return ``pod X on node Y`` (or the hostname when not in a Pod)."""
@@ -139,6 +139,7 @@ class Settings:
     handoff_dir: Path = DEFAULT_HANDOFF_DIR
     lock_timeout: float = 3600.0
     lock_mode: str = "auto"
+    progress_interval: float = 10.0
     key_extra: tuple[tuple[str, str], ...] = ()
     build_command: str | None = None
     builder_version: str | None = None
@@ -148,7 +149,7 @@ class Settings:
     verify: str = "digest"
     log_format: str = "text"
     termination_log: Path = Path("/dev/termination-log")
-    identity: Identity = field(default_factory=lambda: Identity(None, None, None, socket.gethostname()))
+    identity: Identity = field(default_factory=lambda: Identity(None, None, None, os.uname().nodename))
     environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -169,6 +170,7 @@ class Settings:
             exclude_lean_runtime=ns.exclude_lean_runtime, tf32=ns.tf32 == "on",
             plugins=tuple(Path(p) for p in ns.plugin), name=ns.name, handoff_dir=Path(ns.handoff_dir).absolute(),
             lock_timeout=parse_duration(ns.lock_timeout), lock_mode=ns.lock_mode,
+            progress_interval=parse_duration(ns.progress_interval),
             key_extra=tuple(sorted(parse_key_extra(p) for p in ns.key_extra)), build_command=ns.build_command,
             builder_version=ns.builder_version, ort_provider=ns.ort_provider, device=ns.device,
             read_only=ns.read_only, verify=ns.verify, log_format=ns.log_format,

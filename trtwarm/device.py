@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import platform
+import os
 import re
 from collections.abc import Mapping
 from functools import lru_cache
@@ -23,15 +23,16 @@ def cpu_fields(cpuinfo: str | None = None) -> dict[str, Any]:
             cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
         except OSError:
             cpuinfo = ""
-    model, flags = platform.processor() or platform.machine(), set()
+    arch = os.uname().machine  # not platform.processor(): it may run `uname -p` in a subprocess
+    model, flags = "", set()
     for line in cpuinfo.splitlines():
         name, _, value = line.partition(":")
         name = name.strip().lower()
-        if name in ("model name", "cpu model") and model in (platform.machine(), platform.processor(), ""):
+        if name in ("model name", "cpu model") and not model:
             model = value.strip()
         elif name in ("flags", "features"):
             flags.update(f for f in value.split() if _ISA.match(f))
-    return {"kind": "cpu", "arch": platform.machine(), "model": " ".join(model.split()), "isa": sorted(flags)}
+    return {"kind": "cpu", "arch": arch, "model": " ".join(model.split()) or arch, "isa": sorted(flags)}
 
 
 def short_name(device: Mapping[str, Any]) -> str:

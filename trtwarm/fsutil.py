@@ -26,12 +26,10 @@ def sha256_file(path: Path) -> tuple[str, int]:
     """Return ``(hex digest, bytes read)`` of the file at *path*, read in 4 MiB chunks."""
     digest = hashlib.sha256()
     size = 0
-    buf = bytearray(_CHUNK)
-    view = memoryview(buf)
     with open(path, "rb", buffering=0) as handle:
-        while n := handle.readinto(buf):
-            digest.update(view[:n])
-            size += n
+        while chunk := handle.read(_CHUNK):  # measured faster than readinto() on a first pass
+            digest.update(chunk)
+            size += len(chunk)
     return digest.hexdigest(), size
 
 

@@ -18,8 +18,6 @@ import json
 import logging
 import os
 import secrets
-import shutil
-import socket
 import stat
 import time
 from collections.abc import Callable, Iterator
@@ -177,7 +175,7 @@ class EngineStore:
         try:
             yield path
         finally:
-            shutil.rmtree(path, ignore_errors=True)
+            _rmtree(path)
 
     def publish(self, staging: Path, name: str, manifest: dict[str, Any]) -> bool:
         """Seal *staging* with *manifest* and rename it to ``entries/<name>``.
@@ -218,7 +216,7 @@ class EngineStore:
                 continue
             dead = len(parts) >= 4 and parts[-3] == host and parts[-2].isdigit() and not pid_alive(int(parts[-2]))
             if dead or age > max_age:
-                shutil.rmtree(path, ignore_errors=True)
+                _rmtree(path)
                 removed.append(path)
         return removed
 
@@ -237,8 +235,14 @@ class EngineStore:
         yield from _listdir(self.layout.entries)
 
 
+def _rmtree(path: Path) -> None:
+    import shutil  # off the hit path
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def _host() -> str:
-    return sanitize(socket.gethostname(), 32).replace(".", "-")  # '.' separates the staging name's fields
+    return sanitize(os.uname().nodename, 32).replace(".", "-")  # '.' separates the staging name's fields
 
 
 def _listdir(path: Path) -> list[Path]:

@@ -131,7 +131,7 @@ def _manifest(plan: Plan, engine_file: str, digest: str, size: int, build_second
 
 def _build_into(plan: Plan, staging: Any) -> dict[str, Any]:
     start = time.monotonic()
-    with ticker("building %s", plan.label):
+    with ticker("building %s", plan.label, every=plan.settings.progress_interval):
         engine = plan.builder.build(plan.settings.model, plan.facts, staging)
     plan.seconds["build"] = time.monotonic() - start
     log.info("built %s in %.1f s; checking that it loads", plan.label, plan.seconds["build"])
@@ -178,7 +178,7 @@ def _single_flight(plan: Plan) -> tuple[Entry, str]:
     s = plan.settings
     plan.layout.ensure()
     lock = BuildLock(plan.layout, plan.key, s.identity, mode=s.lock_mode, timeout=s.lock_timeout,
-                     on_wait=_on_wait(plan))
+                     on_wait=_on_wait(plan), progress=s.progress_interval)
     with lock:
         plan.seconds["wait"] = lock.waited
         entry = _lookup(plan)
@@ -188,7 +188,7 @@ def _single_flight(plan: Plan) -> tuple[Entry, str]:
         log.info("building %s (lock mode %s)", plan.label, lock.mode)
         gpu_lock = plan.builder.gpu_lock_id()
         with (BuildLock(plan.layout, gpu_lock, s.identity, mode=s.lock_mode, timeout=s.lock_timeout,
-                        on_wait=_on_wait(plan)) if gpu_lock else contextlib.nullcontext()):
+                        on_wait=_on_wait(plan), progress=s.progress_interval) if gpu_lock else contextlib.nullcontext()):
             return build_and_publish(plan), "built"
 
 
@@ -199,7 +199,7 @@ def _wait_read_only(plan: Plan) -> Entry:
         if (entry := _lookup(plan)) is not None:
             plan.seconds["wait"] = time.monotonic() - start
             return entry
-        if time.monotonic() - last >= PROGRESS_SECONDS:
+        if time.monotonic() - last >= plan.settings.progress_interval:
             last = time.monotonic()
             log.info("--read-only: waiting for another builder to publish %s (%.0f s)", plan.label, elapsed)
     raise LockTimeoutError(f"--read-only: no engine for {plan.label} appeared within {plan.settings.lock_timeout:.0f} "
@@ -211,11 +211,21 @@ def warm(settings: Settings) -> WarmReport:
     """Run ``trtwarm init``: return the report after writing the hand-off. :raises TrtwarmError: see errors."""
     start = time.monotonic()
     handoff.clear(settings.handoff_dir)
+    if not settings.read_only:
+        with contextlib.suppress(VolumeError):  # surfaces again, with its reason, if a build turns out to be needed
+            Layout(settings.cache_dir).ensure()  # so the first start already memoises the model's digests
     plan = resolve(settings)
     log.info("key %s for %s", plan.key[:16], plan.name)
     entry, result = _lookup(plan), "hit"
-    if entry is None:
-        entry, result = (_wait_read_only(plan), "waited") if settings.read_only else _single_flight(plan)
+    if entry is None and settings.read_only:
+        entry, result = _wait_read_only(plan), "waited"
+    elif entry is None:
+        try:
+            entry, result = _single_flight(plan)
+        except OSError as exc:  # the lock or staging could not be created
+            if exc.errno not in FULL_ERRNOS | READ_ONLY_ERRNOS:
+                raise
+            raise volume_error(exc, plan.layout.root, "build an engine in") from exc
     plan.store.touch_use(plan.key)
     plan.seconds["total"] = time.monotonic() - start
     report = WarmReport(key=plan.key, name=plan.name, path=str(entry.engine), result=result,

@@ -1,0 +1,183 @@
+"""trtwarm benchmarks: ratios against baselines measured in the same run. Not timed tests.
+
+``python bench/run.py`` runs all of them, writes ``bench/RESULTS.md`` and replaces the table between the
+``<!-- bench -->`` markers in README.md. ``--quick`` uses smaller sizes (for a smoke run).
+
+* hit path: ``trtwarm init`` on a warm cache vs a fresh ``python -c`` that reads and SHA-256-hashes the same
+  engine file (the floor). Target: init <= 1.25 x floor + 50 ms.
+* storm: N processes on an empty cache with a build of B seconds: builds (must be 1), delay from build end to
+  the last process ready (target <= 200 ms at N = 16), waiter wake-up p99.
+* key resolution of a 1 GiB model: with the stat cache (target <= 10 ms) vs a full hash.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+MiB = 1 << 20
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRTWARM_")}
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def _timed(argv: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, check=True, capture_output=True, env=_env())
+    return time.perf_counter() - start
+
+
+def _init_argv(model: Path, cache: Path, handoff: Path, command: str) -> list[str]:
+    return [sys.executable, "-m", "trtwarm", "init", "--builder", "command", "--builder-version", "bench",
+            "--build-command", command, "--device", "cpu", "--model", str(model), "--cache-dir", str(cache),
+            "--handoff-dir", str(handoff)]
+
+
+def _model(work: Path) -> Path:
+    from trtwarm.demo import make_model
+
+    model = make_model(work / "model.onnx")
+    old = time.time() - 60
+    os.utime(model, (old, old))
+    time.sleep(2.1)  # past the stat cache's racy window (ctime)
+    return model
+
+
+def bench_hit(work: Path, sizes: list[int], repeat: int = 5) -> list[dict[str, object]]:
+    """Hit-path wall time vs the read-and-hash floor, per engine size."""
+    model, rows = _model(work), []
+    floor_code = ("import hashlib,sys\nh=hashlib.sha256()\nwith open(sys.argv[1],'rb',buffering=0) as f:\n"
+                  "    while b:=f.read(4<<20): h.update(b)\nprint(h.hexdigest())")
+    for size in sizes:
+        blob = work / f"blob-{size}"
+        with open(blob, "wb") as handle:
+            for _ in range(size // MiB):
+                handle.write(os.urandom(MiB))
+        cache = work / f"cache-{size}"
+        argv = _init_argv(model, cache, work / "h", f"cp {blob} {{output}}")
+        subprocess.run(argv, check=True, capture_output=True, env=_env())  # build
+        engine = next((cache / "entries").iterdir()) / "engine.plan"
+        hit = statistics.median(_timed(argv) for _ in range(repeat))
+        floor = statistics.median(_timed([sys.executable, "-c", floor_code, str(engine)]) for _ in range(repeat))
+        target = 1.25 * floor + 0.050
+        rows.append({"engine": f"{size // MiB} MiB", "init_hit_s": hit, "floor_s": floor, "ratio": hit / floor,
+                     "target_s": target, "ok": hit <= target})
+        blob.unlink()
+    return rows
+
+
+def bench_storm(work: Path, counts: list[int], build_seconds: float) -> list[dict[str, object]]:
+    """N concurrent inits on an empty cache; one build of *build_seconds*."""
+    model, rows = _model(work), []
+    for n in counts:
+        cache, marks = work / f"storm-{n}", work / f"marks-{n}"
+        marks.mkdir()
+        # warm the stat cache with another key, as on any volume that served this model before
+        subprocess.run([*_init_argv(model, cache, work / "h-warm", "cp {model} {output}"), "--key-extra", "w=1"],
+                       check=True, capture_output=True, env=_env())
+        command = (f"sh -c 'echo $$ >> {marks}/builds; sleep {build_seconds}; cp {{model}} {{output}}; "
+                   f"python3 -c \"import time; print(time.time())\" > {marks}/build-end'")
+        procs = [subprocess.Popen(_init_argv(model, cache, work / f"h-{n}-{i}", command), env=_env(),
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for i in range(n)]
+        codes = [p.wait() for p in procs]
+        end = float((marks / "build-end").read_text())
+        ready = sorted((work / f"h-{n}-{i}" / "engine.json").stat().st_mtime - end for i in range(n))
+        waiters = [r for r in ready if r > 0] or [0.0]
+        rows.append({"n": n, "builds": len((marks / "builds").read_text().split()), "exit_ok": codes.count(0),
+                     "last_ready_after_build_s": max(ready), "wakeup_p99_s": _p99(waiters)})
+    return rows
+
+
+def _p99(values: list[float]) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(0.99 * (len(values) - 1))))]
+
+
+def bench_key(work: Path, size: int, repeat: int = 20) -> dict[str, object]:
+    """Key resolution of a model with *size* bytes of external weights: stat cache vs full hash."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from trtwarm.statcache import inspect_model
+
+    weights = numpy_helper.from_array(np.zeros(size // 4, dtype="float32"), "big")
+    graph = helper.make_graph([helper.make_node("Identity", ["input"], ["output"])], "big",
+                              [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1])], [weights])
+    model = work / "big" / "big.onnx"
+    model.parent.mkdir()
+    onnx.save_model(helper.make_model(graph), str(model), save_as_external_data=True, location="big.weights")
+    del weights, graph
+    time.sleep(2.1)
+    start = time.perf_counter()
+    inspect_model(model, None)
+    full = time.perf_counter() - start
+    inspect_model(model, work / "big-stat")  # fills the stat cache
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        _facts, memo = inspect_model(model, work / "big-stat")
+        times.append(time.perf_counter() - start)
+        assert memo
+    cached = statistics.median(times)
+    return {"model": f"{size // MiB} MiB", "full_hash_s": full, "stat_cache_s": cached, "ok": cached <= 0.010}
+
+
+def render(hit: list[dict], storm: list[dict], key: dict, build_seconds: float) -> str:
+    lines = [f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} CPUs by `python bench/run.py`.", "",
+             "| hit path: engine | `trtwarm init` (hit) | floor: python read + sha256 | ratio | target 1.25x+50ms |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {r['engine']} | {r['init_hit_s'] * 1000:.0f} ms | {r['floor_s'] * 1000:.0f} ms | {r['ratio']:.2f} | "
+              f"{'met' if r['ok'] else 'MISSED'} ({r['target_s'] * 1000:.0f} ms) |" for r in hit]
+    lines += ["", f"| storm: processes (build {build_seconds:.0f} s) | builds | exit 0 | last ready after build end | "
+              "waiter wake-up p99 |", "|---|---|---|---|---|"]
+    lines += [f"| {r['n']} | {r['builds']} | {r['exit_ok']}/{r['n']} | {r['last_ready_after_build_s'] * 1000:.0f} ms | "
+              f"{r['wakeup_p99_s'] * 1000:.0f} ms |" for r in storm]
+    lines += ["", "| key resolution: model | full hash | with stat cache | target 10 ms |", "|---|---|---|---|",
+              f"| {key['model']} | {key['full_hash_s'] * 1000:.0f} ms | {key['stat_cache_s'] * 1000:.2f} ms | "
+              f"{'met' if key['ok'] else 'MISSED'} |"]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    args = parser.parse_args()
+    sizes = [10 * MiB, 100 * MiB] if args.quick else [10 * MiB, 100 * MiB, 1024 * MiB]
+    counts = [1, 4] if args.quick else [1, 4, 16, 64]
+    build_seconds = 2.0 if args.quick else 8.0
+    # as installed from a wheel: bytecode compiled ahead (this matters where PYTHONDONTWRITEBYTECODE is set)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "trtwarm")], check=True)
+    with tempfile.TemporaryDirectory(prefix="trtwarm-bench-") as tmp:
+        work = Path(tmp)
+        hit = bench_hit(work / "hit", sizes) if (work / "hit").mkdir() is None else []
+        storm = bench_storm(work / "storm", counts, build_seconds) if (work / "storm").mkdir() is None else []
+        key = bench_key(work, 100 * MiB if args.quick else 1024 * MiB)
+    table = render(hit, storm, key, build_seconds)
+    print(table)
+    print(json.dumps({"hit": hit, "storm": storm, "key": key}, indent=1), file=sys.stderr)
+    if not args.quick:
+        (ROOT / "bench" / "RESULTS.md").write_text(table)
+        readme = ROOT / "README.md"
+        text = readme.read_text()
+        new = re.sub(r"(<!-- bench -->\n).*?(<!-- /bench -->)", lambda m: m[1] + table + m[2], text, flags=re.S)
+        readme.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

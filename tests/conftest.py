@@ -1,0 +1,91 @@
+"""Shared fixtures: generated models, a cache dir, and a runner for real ``trtwarm`` processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trtwarm.demo import make_model
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Run:
+    """A finished ``trtwarm`` process."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """The last stdout line, parsed."""
+        return json.loads(self.stdout.strip().splitlines()[-1])
+
+
+def env_for(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for child processes: ours minus TRTWARM_*, plus *extra*."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRTWARM_")}
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra or {})
+    return env
+
+
+def trtwarm_argv(*args: str) -> list[str]:
+    """argv that runs the trtwarm CLI from this checkout."""
+    return [sys.executable, "-m", "trtwarm", *args]
+
+
+def run_trtwarm(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> Run:
+    """Run ``trtwarm ARGS`` in a fresh process and wait for it."""
+    proc = subprocess.run(trtwarm_argv(*args), capture_output=True, text=True, env=env_for(env), timeout=timeout,
+                          check=False)
+    return Run(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    """A small generated MLP with a dynamic batch."""
+    return make_model(tmp_path / "models" / "mlp.onnx")
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> Path:
+    """An empty cache directory path (not yet created)."""
+    return tmp_path / "cache"
+
+
+def copy_command(seconds: float = 0) -> str:
+    """A command-builder template that sleeps, then copies the model to {output}."""
+    return f"sh -c 'sleep {seconds}; cp {{model}} {{output}}.part && mv {{output}}.part {{output}}'"
+
+
+def cmd_init_args(model: Path, cache: Path, handoff: Path, *extra: str, seconds: float = 0) -> list[str]:
+    """``init`` flags for the command builder (fast, no onnxruntime in the build)."""
+    return ["init", "--builder", "command", "--builder-version", "test-1", "--build-command", copy_command(seconds),
+            "--device", "cpu", "--model", str(model), "--cache-dir", str(cache), "--handoff-dir", str(handoff), *extra]
+
+
+def ort_init_args(model: Path, cache: Path, handoff: Path, *extra: str) -> list[str]:
+    """``init`` flags for the onnxruntime builder."""
+    return ["init", "--builder", "onnxruntime", "--model", str(model), "--cache-dir", str(cache),
+            "--handoff-dir", str(handoff), "--shape", "input=1x16:8x16:32x16", *extra]
+
+
+def entries(cache: Path) -> list[Path]:
+    """Published entry directories."""
+    return sorted((cache / "entries").iterdir()) if (cache / "entries").is_dir() else []
+
+
+def debris(cache: Path) -> list[Path]:
+    """Staging directories and temporary files left anywhere in the cache."""
+    found = list((cache / ".staging").iterdir()) if (cache / ".staging").is_dir() else []
+    return found + [p for p in cache.rglob("*.tmp")] if cache.exists() else found

@@ -1,0 +1,160 @@
+"""Single flight with real processes, real locks and real signals on a real filesystem."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import debris, entries, env_for, run_trtwarm, trtwarm_argv
+from trtwarm.store import check_entry
+
+pytestmark = pytest.mark.concurrency
+
+
+def gated_command(counter: Path, gate: Path) -> str:
+    """A build that counts itself, then waits while *gate* exists, then copies the model."""
+    return (f"sh -c 'echo $$ >> {counter}; while [ -e {gate} ]; do sleep 0.05; done; "
+            "cp {model} {output}.part && mv {output}.part {output}'")
+
+
+def init_args(model: Path, cache: Path, handoff: Path, command: str, *extra: str) -> list[str]:
+    return ["init", "--builder", "command", "--builder-version", "test-1", "--build-command", command, "--device",
+            "cpu", "--model", str(model), "--cache-dir", str(cache), "--handoff-dir", str(handoff),
+            "--progress-interval", "1s", *extra]
+
+
+def spawn(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(trtwarm_argv(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env_for(env), start_new_session=True)
+
+
+def wait_for(predicate, timeout: float = 60.0) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 120) -> tuple[int, dict, str]:
+    out, err = proc.communicate(timeout=timeout)
+    last = out.strip().splitlines()[-1] if out.strip() else "{}"
+    return proc.returncode, json.loads(last), err
+
+
+@pytest.mark.parametrize("mode", ["flock", "lease"])
+def test_storm_of_16_inits_builds_exactly_once(model: Path, cache: Path, tmp_path: Path, mode: str) -> None:
+    counter, gate = tmp_path / "builds", tmp_path / "gate"
+    gate.touch()
+    command = gated_command(counter, gate)
+    procs = [spawn(init_args(model, cache, tmp_path / f"h{i}", command, "--lock-mode", mode)) for i in range(16)]
+    wait_for(counter.exists)
+    time.sleep(1.0)  # let the others pile up behind the lock
+    gate.unlink()
+    results = [finish(p) for p in procs]
+    assert [code for code, _, _ in results] == [0] * 16, [err for _, _, err in results if err][:1]
+    outcomes = sorted(summary["result"] for _, summary, _ in results)
+    assert outcomes.count("built") == 1 and set(outcomes) <= {"built", "waited", "hit"}
+    assert len(counter.read_text().split()) == 1
+    [entry] = entries(cache)
+    check_entry(entry, None)  # re-hashes the engine against its manifest
+    assert {summary["path"] for _, summary, _ in results} == {str(entry / "engine.plan")}
+    assert debris(cache) == []
+
+
+def test_sigkill_of_the_builder_lets_a_waiter_take_over(model: Path, cache: Path, tmp_path: Path) -> None:
+    counter, gate = tmp_path / "builds", tmp_path / "gate"
+    gate.touch()
+    command = gated_command(counter, gate)
+    builder = spawn(init_args(model, cache, tmp_path / "h1", command),
+                    env={"POD_NAME": "builder-0", "POD_NAMESPACE": "ml", "NODE_NAME": "gpu-node-7"})
+    wait_for(counter.exists)
+    waiter = spawn(init_args(model, cache, tmp_path / "h2", command))
+    time.sleep(2.5)  # the waiter logs who it waits for at least twice
+    os.killpg(builder.pid, signal.SIGKILL)  # the whole process group: trtwarm and its build command
+    builder.wait(timeout=10)
+    wait_for(lambda: len(counter.read_text().split()) == 2)  # the waiter took the lock and started its build
+    gate.unlink()
+    code, summary, err = finish(waiter)
+    assert code == 0, err
+    assert summary["result"] == "built"
+    assert "being built by pod builder-0 on node gpu-node-7" in err
+    assert "removed stale staging directory" in err
+    assert len(entries(cache)) == 1 and debris(cache) == []
+
+
+def test_sigkill_in_lease_mode_is_taken_over_after_the_lease_expires(model: Path, cache: Path,
+                                                                      tmp_path: Path) -> None:
+    counter, gate = tmp_path / "builds", tmp_path / "gate"
+    gate.touch()
+    command = gated_command(counter, gate)
+    builder = spawn(init_args(model, cache, tmp_path / "h1", command, "--lock-mode", "lease"))
+    wait_for(counter.exists)
+    waiter = spawn(init_args(model, cache, tmp_path / "h2", command, "--lock-mode", "lease"))
+    time.sleep(1)
+    os.killpg(builder.pid, signal.SIGKILL)
+    builder.wait(timeout=10)
+    killed_at = time.monotonic()
+    wait_for(lambda: len(counter.read_text().split()) == 2, timeout=90)
+    gate.unlink()
+    code, summary, err = finish(waiter)
+    assert code == 0, err
+    assert summary["result"] == "built" and time.monotonic() - killed_at < 90
+    assert len(entries(cache)) == 1 and debris(cache) == []
+
+
+def test_inits_for_different_keys_do_not_block_each_other(model: Path, cache: Path, tmp_path: Path) -> None:
+    counter, gate = tmp_path / "builds", tmp_path / "gate"
+    gate.touch()
+    command = gated_command(counter, gate)
+    slow = spawn(init_args(model, cache, tmp_path / "h1", command, "--key-extra", "variant=a"))
+    wait_for(counter.exists)
+    other_gate_free = gated_command(tmp_path / "builds-b", tmp_path / "no-gate")
+    fast = run_trtwarm(*init_args(model, cache, tmp_path / "h2", other_gate_free, "--key-extra", "variant=b"),
+                       timeout=60)
+    assert fast.returncode == 0 and fast.summary["result"] == "built"
+    assert slow.poll() is None  # still building its own key
+    gate.unlink()
+    code, summary, _ = finish(slow)
+    assert code == 0 and summary["result"] == "built"
+    assert len(entries(cache)) == 2
+
+
+def test_lock_timeout_exits_5_naming_the_holder(model: Path, cache: Path, tmp_path: Path) -> None:
+    counter, gate = tmp_path / "builds", tmp_path / "gate"
+    gate.touch()
+    command = gated_command(counter, gate)
+    holder = spawn(init_args(model, cache, tmp_path / "h1", command), env={"POD_NAME": "big-build-0"})
+    wait_for(counter.exists)
+    late = run_trtwarm(*init_args(model, cache, tmp_path / "h2", command, "--lock-timeout", "2s"))
+    gate.unlink()
+    assert late.returncode == 5, late.stderr
+    assert "big-build-0" in late.stderr and "Traceback" not in late.stderr
+    assert finish(holder)[0] == 0
+
+
+def test_read_only_mode_waits_for_another_builder(model: Path, cache: Path, tmp_path: Path) -> None:
+    counter, gate = tmp_path / "builds", tmp_path / "gate"
+    gate.touch()
+    command = gated_command(counter, gate)
+    builder = spawn(init_args(model, cache, tmp_path / "h1", command))
+    wait_for(counter.exists)
+    reader = spawn(init_args(model, cache, tmp_path / "h2", command, "--read-only"))
+    time.sleep(1)
+    gate.unlink()
+    code, summary, err = finish(reader)
+    assert code == 0, err
+    assert summary["result"] == "waited" and len(counter.read_text().split()) == 1
+    assert finish(builder)[0] == 0
+
+
+def test_read_only_mode_without_a_builder_times_out_with_5(model: Path, cache: Path, tmp_path: Path) -> None:
+    command = gated_command(tmp_path / "builds", tmp_path / "gate")
+    run = run_trtwarm(*init_args(model, cache, tmp_path / "h", command, "--read-only", "--lock-timeout", "1s"))
+    assert run.returncode == 5 and "--read-only" in run.stderr
+    assert not (tmp_path / "builds").exists()

@@ -1,0 +1,62 @@
+"""Real read-only and full volumes (tmpfs mounts; needs root, skips with the reason elsewhere)."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import debris, entries, ort_init_args, run_trtwarm
+
+pytestmark = pytest.mark.mount
+
+
+def _mount(*args: str) -> None:
+    subprocess.run(["mount", *args], check=True, capture_output=True)
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Path]:
+    point = tmp_path / "vol"
+    point.mkdir()
+    try:
+        _mount("-t", "tmpfs", "-o", "size=4m", "tmpfs", str(point))
+    except (subprocess.CalledProcessError, FileNotFoundError) as exc:
+        pytest.skip(f"cannot mount tmpfs here (needs root / CAP_SYS_ADMIN): {exc}")
+    yield point
+    subprocess.run(["umount", "-l", str(point)], check=False)
+
+
+def test_hit_on_a_read_only_volume_works_and_a_build_there_exits_6(model: Path, tmpfs: Path, tmp_path: Path) -> None:
+    cache = tmpfs / "cache"
+    assert run_trtwarm(*ort_init_args(model, cache, tmp_path / "h1")).returncode == 0
+    _mount("-o", "remount,ro", str(tmpfs))
+    hit = run_trtwarm(*ort_init_args(model, cache, tmp_path / "h2"))
+    assert hit.returncode == 0, hit.stderr
+    assert hit.summary["result"] == "hit"
+    miss = run_trtwarm(*ort_init_args(model, cache, tmp_path / "h3", "--key-extra", "other=1"))
+    assert miss.returncode == 6, miss.stderr
+    assert "read-only" in miss.stderr and "Traceback" not in miss.stderr
+    assert len(entries(cache)) == 1
+
+
+def test_enospc_while_publishing_leaves_no_partial_entry(model: Path, tmpfs: Path, tmp_path: Path) -> None:
+    cache = tmpfs / "cache"
+    filler, flag = tmpfs / "filler", tmp_path / "fill-the-volume"
+    flag.touch()
+    # the build fits, then (while the flag exists) fills the rest of the volume: the manifest write hits ENOSPC
+    command = (f"sh -c 'head -c 65536 /dev/urandom > {{output}}; [ -e {flag} ] && cat /dev/zero > {filler} "
+               "2>/dev/null; true'")
+    args = ["init", "--builder", "command", "--builder-version", "t", "--build-command", command, "--device", "cpu",
+            "--model", str(model), "--cache-dir", str(cache), "--handoff-dir", str(tmp_path / "h")]
+    full = run_trtwarm(*args)
+    assert full.returncode == 6, full.stderr
+    assert "full" in full.stderr and "Traceback" not in full.stderr
+    assert entries(cache) == [] and debris(cache) == []
+    filler.unlink()
+    flag.unlink()
+    again = run_trtwarm(*args)
+    assert again.returncode == 0, again.stderr
+    assert again.summary["result"] == "built" and len(entries(cache)) == 1
