@@ -1,0 +1,92 @@
+"""GPU identity: selection and key logic on recorded NVML values everywhere; real NVML where a GPU exists."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import run_trtwarm
+from trtwarm import gpu
+from trtwarm.errors import ConfigError
+
+H200 = gpu.GpuInfo("GPU-5a1c0f2e-0000-1111-2222-333344445555", "NVIDIA H200", (9, 0), 150754820096,
+                   "00000000:19:00.0", None, "580.159.03", 13000)
+H200_B = gpu.GpuInfo("GPU-9f00aa11-0000-1111-2222-333344445555", "NVIDIA H200", (9, 0), 150754820096,
+                     "00000000:0A:00.0", None, "580.159.03", 13000)
+A100 = gpu.GpuInfo("GPU-0c0c0c0c-0000-1111-2222-333344445555", "NVIDIA A100-SXM4-40GB", (8, 0), 42949672960,
+                   "00000000:3B:00.0")
+MIG = gpu.GpuInfo("MIG-11112222-3333-4444-5555-666677778888", "NVIDIA A100-SXM4-40GB MIG 1g.5gb", (8, 0),
+                  5368709120, "00000000:3B:00.0", "1g.5gb")
+
+
+def test_mig_profile_is_read_from_the_device_name() -> None:
+    assert gpu.mig_profile("NVIDIA H100 80GB HBM3 MIG 1g.10gb") == "1g.10gb"
+    assert gpu.mig_profile("NVIDIA A100-SXM4-40GB MIG 1c.3g.20gb") == "1c.3g.20gb"
+    assert gpu.mig_profile("NVIDIA H200") is None
+
+
+def test_cuda_index_order_is_pci_bus_order_not_nvml_order() -> None:
+    assert gpu.select([H200, H200_B], {"CUDA_VISIBLE_DEVICES": "0"}) is H200_B  # 0A sorts before 19
+    assert gpu.select([H200, H200_B], {"CUDA_VISIBLE_DEVICES": "1"}) is H200
+
+
+def test_visible_devices_by_uuid_and_prefix() -> None:
+    assert gpu.select([H200, H200_B], {"CUDA_VISIBLE_DEVICES": H200.uuid}) is H200
+    assert gpu.select([H200, H200_B], {"NVIDIA_VISIBLE_DEVICES": "GPU-9f00aa11"}) is H200_B
+
+
+def test_with_mig_enabled_cuda_sees_the_mig_device() -> None:
+    assert gpu.select([A100, MIG], {}) is MIG
+    assert gpu.key_fields(MIG)["mig_profile"] == "1g.5gb"
+
+
+@pytest.mark.parametrize("env", [{"NVIDIA_VISIBLE_DEVICES": "none"}, {"NVIDIA_VISIBLE_DEVICES": "void"},
+                                 {"CUDA_VISIBLE_DEVICES": ""}, {"CUDA_VISIBLE_DEVICES": "GPU-nope"}])
+def test_no_visible_gpu_is_a_config_error_about_the_gpu_request(env: dict[str, str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        gpu.select([H200], env)
+    assert "nvidia.com/gpu" in str(info.value.hint)
+
+
+def test_key_fields_round_memory_and_drop_the_uuid() -> None:
+    fields = gpu.key_fields(H200)
+    assert fields == {"kind": "gpu", "product": "NVIDIA H200", "compute_capability": "9.0", "mig_profile": None,
+                      "memory_gib": 140}
+    assert gpu.key_fields(H200) == gpu.key_fields(H200_B)
+
+
+def test_hardware_compat_keys_the_class_not_the_product() -> None:
+    assert gpu.key_fields(H200, "ampere+") == gpu.key_fields(A100, "ampere+") == {"kind": "gpu", "class": "ampere+"}
+    assert gpu.key_fields(H200, "same-cc") != gpu.key_fields(A100, "same-cc")
+    assert gpu.key_fields(H200, "same-cc")["class"] == "sm9.0"
+
+
+def test_gpu_device_without_a_gpu_exits_2(model: Path, tmp_path: Path) -> None:
+    if gpu.detect():
+        pytest.skip("a GPU is visible here")
+    run = run_trtwarm("key", "--builder", "command", "--builder-version", "x", "--build-command", "cp {model} {output}",
+                      "--device", "gpu", "--model", str(model), "--cache-dir", str(tmp_path / "c"))
+    assert run.returncode == 2 and "nvidia.com/gpu" in run.stderr and "Traceback" not in run.stderr
+
+
+needs_gpu = pytest.mark.skipif(not gpu.detect(), reason="no NVIDIA GPU visible through NVML on this machine")
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_real_nvml_identity(model: Path, tmp_path: Path) -> None:
+    gpus = gpu.detect()
+    chosen = gpu.current(os.environ)
+    print("NVML:", json.dumps([g.__dict__ for g in gpus], default=list))
+    assert chosen.name.startswith("NVIDIA") and chosen.compute_capability[0] >= 7 and chosen.memory_gib > 0
+    assert chosen.uuid.startswith(("GPU-", "MIG-")) and chosen.driver_version
+    assert gpu.select(gpus, {"CUDA_VISIBLE_DEVICES": chosen.uuid}) == chosen
+    run = run_trtwarm("key", "--json", "--builder", "command", "--builder-version", "x", "--build-command",
+                      "cp {model} {output}", "--device", "gpu", "--model", str(model), "--cache-dir", str(tmp_path))
+    assert run.returncode == 0, run.stderr
+    device = json.loads(run.stdout)["document"]["device"]
+    print("key device section:", json.dumps(device))
+    assert device == gpu.key_fields(chosen) and chosen.uuid not in run.stdout
