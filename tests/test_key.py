@@ -95,3 +95,19 @@ def test_entry_name_is_readable_and_carries_the_key_prefix(model: Path) -> None:
     assert name.startswith("resnet-50-..-v2_cpu-")
     assert "_command" in name and "input-8x16" in name
     assert entry_name(doc["document"], doc["key"], "../../etc").startswith("etc_")
+
+
+def test_explain_names_the_field_that_changed(model: Path, tmp_path: Path) -> None:
+    cache = model.parent / "cache"
+    built = run_trtwarm("init", "--builder", "command", "--builder-version", "trtexec-10.13.0.35", "--build-command",
+                        copy_command(), "--device", "cpu", "--model", str(model), "--cache-dir", str(cache),
+                        "--handoff-dir", str(tmp_path / "h"))
+    assert built.returncode == 0, built.stderr
+    base = ["key", "--explain", "--builder", "command", "--build-command", copy_command(), "--device", "cpu",
+            "--model", str(model), "--cache-dir", str(cache)]
+    same = run_trtwarm(*base, "--builder-version", "trtexec-10.13.0.35")
+    assert same.stdout.startswith("hit")
+    newer = run_trtwarm(*base, "--builder-version", "trtexec-10.16.0.72")
+    assert "builder.version trtexec-10.13.0.35 → trtexec-10.16.0.72" in newer.stdout
+    fp16 = run_trtwarm(*base, "--builder-version", "trtexec-10.13.0.35", "--precision", "fp16")
+    assert "build.precision model → fp16" in fp16.stdout

@@ -66,6 +66,8 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     if only in (None, "key"):
         add_init_flags(key)
         key.add_argument("--json", action="store_true")
+        key.add_argument("--explain", action="store_true", help="on a miss, list the key fields that differ from "
+                         "the entries of the same model on the volume")
     key.set_defaults(func=cmd_key, handoff_dir=str(DEFAULT_HANDOFF_DIR), lock_timeout="1h", lock_mode="auto",
                      progress_interval="10s", read_only=False, verify="digest")
     ls = sub.add_parser("ls", help="list the ready entries")
@@ -116,6 +118,12 @@ def cmd_key(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     from trtwarm.warm import resolve
 
     plan = resolve(Settings.from_namespace(ns, environ))
+    if ns.explain:
+        from trtwarm.explain import explain
+
+        lines = explain(plan.store, plan.doc, plan.key, plan.name.split("_", 1)[0])
+        print("\n".join(lines))
+        return 0
     if ns.json:
         print(json.dumps({"key": plan.key, "name": plan.name, "document": plan.doc}, indent=2, sort_keys=True))
     else:
