@@ -120,8 +120,9 @@ def cmd_key(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     plan = resolve(Settings.from_namespace(ns, environ))
     if ns.explain:
         from trtwarm.explain import explain
+        from trtwarm.key import model_part
 
-        lines = explain(plan.store, plan.doc, plan.key, plan.name.split("_", 1)[0])
+        lines = explain(plan.store, plan.doc, plan.key, model_part(plan.name))
         print("\n".join(lines))
         return 0
     if ns.json:

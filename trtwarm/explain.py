@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from trtwarm.errors import EntryInvalid
-from trtwarm.key import diff
+from trtwarm.key import diff, model_part
 from trtwarm.store import EngineStore, read_manifest
 
 
@@ -21,7 +21,7 @@ def _candidates(store: EngineStore, doc: dict[str, Any], model_name: str) -> Ite
         if not isinstance(other, dict):
             continue
         same_model = other.get("model", {}).get("sha256") == doc["model"]["sha256"]
-        if same_model or path.name.split("_", 1)[0] == model_name:
+        if same_model or model_part(path.name) == model_name:
             yield path.name, other
 
 

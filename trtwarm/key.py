@@ -70,6 +70,11 @@ def entry_name(doc: Mapping[str, Any], key: str, model_name: str) -> str:
     return "_".join(sanitize(p) for p in parts) + "--" + key[:16]
 
 
+def model_part(name: str) -> str:
+    """The ``<model>`` part of an entry name made by :func:`entry_name` (or of a sanitised model name)."""
+    return name.split("_", 1)[0]
+
+
 def diff(old: Any, new: Any, path: str = "") -> list[tuple[str, Any, Any]]:
     """List the leaves that differ between two key documents as ``(dotted.path, old, new)``."""
     if isinstance(old, dict) and isinstance(new, dict):
@@ -80,4 +85,4 @@ def diff(old: Any, new: Any, path: str = "") -> list[tuple[str, Any, Any]]:
     return [] if old == new else [(path, old, new)]
 
 
-__all__ = ["SCHEMA", "canonical", "diff", "entry_name", "key_document", "key_of", "model_fields", "sanitize"]
+__all__ = ["SCHEMA", "canonical", "diff", "entry_name", "key_document", "key_of", "model_fields", "model_part", "sanitize"]

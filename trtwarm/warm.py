@@ -147,18 +147,13 @@ def _build_into(plan: Plan, staging: Any) -> dict[str, Any]:
 def build_and_publish(plan: Plan) -> Entry:
     """Build into a private staging directory and publish it with one rename (call with the key's lock held).
 
-    :raises BuildError: the builder failed; :raises VolumeError: the volume is full or read-only
+    :raises BuildError: the builder failed; :raises OSError: the volume is full or read-only (see :func:`warm`)
     """
     store = plan.store
     for path in store.clean_staging(plan.key):
         log.info("removed stale staging directory %s left by a dead builder", path.name)
-    try:
-        with store.staging(plan.key) as staging:
-            won = store.publish(staging, plan.name, _build_into(plan, staging))
-    except OSError as exc:
-        if exc.errno in FULL_ERRNOS | READ_ONLY_ERRNOS:
-            raise volume_error(exc, plan.layout.root, "publish an engine in") from exc
-        raise
+    with store.staging(plan.key) as staging:
+        won = store.publish(staging, plan.name, _build_into(plan, staging))
     entry = store.lookup(plan.key, plan.name)
     if entry is None:
         raise BuildError(f"the published entry {plan.name} did not verify", hint="see the quarantine warning above")
@@ -211,7 +206,7 @@ def warm(settings: Settings) -> WarmReport:
     """Run ``trtwarm init``: return the report after writing the hand-off. :raises TrtwarmError: see errors."""
     start = time.monotonic()
     handoff.clear(settings.handoff_dir)
-    if not settings.read_only:
+    if not settings.read_only and not Layout(settings.cache_dir).statcache.is_dir():
         with contextlib.suppress(VolumeError):  # surfaces again, with its reason, if a build turns out to be needed
             Layout(settings.cache_dir).ensure()  # so the first start already memoises the model's digests
     plan = resolve(settings)
@@ -222,7 +217,7 @@ def warm(settings: Settings) -> WarmReport:
     elif entry is None:
         try:
             entry, result = _single_flight(plan)
-        except OSError as exc:  # the lock or staging could not be created
+        except OSError as exc:  # the lock, the staging directory or the entry could not be written
             if exc.errno not in FULL_ERRNOS | READ_ONLY_ERRNOS:
                 raise
             raise volume_error(exc, plan.layout.root, "build an engine in") from exc
