@@ -137,7 +137,52 @@ def bench_key(work: Path, size: int, repeat: int = 20) -> dict[str, object]:
     return {"model": f"{size // MiB} MiB", "full_hash_s": full, "stat_cache_s": cached, "ok": cached <= 0.010}
 
 
-def render(hit: list[dict], storm: list[dict], key: dict, build_seconds: float) -> str:
+def fill_volume(cache: Path, n: int, model: Path) -> None:
+    """*n* entries cloned from one real build, with last uses spread over 60 days (as a busy volume has)."""
+    import hashlib
+    import random
+
+    from trtwarm.fsutil import atomic_write_json
+
+    subprocess.run([*_init_argv(model, cache, cache.parent / "h-fill", "cp {model} {output}")], check=True,
+                   capture_output=True, env=_env())
+    seed = next((cache / "entries").iterdir())
+    manifest = json.loads((seed / "manifest.json").read_text())
+    engine = (seed / "engine.plan").read_bytes()
+    rng = random.Random(0)
+    for i in range(n):
+        key = hashlib.sha256(str(i).encode()).hexdigest()
+        name = f"m{i % 500}_cpu-x86_64_commandbench_model_static--{key[:16]}"
+        entry = cache / "entries" / name
+        entry.mkdir()
+        (entry / "engine.plan").write_bytes(engine)
+        atomic_write_json(entry / "manifest.json", {**manifest, "key": key, "name": name}, durable=False)
+        (cache / ".uses" / key).touch()
+        when = time.time() - rng.uniform(0, 60) * 86400
+        os.utime(cache / ".uses" / key, (when, when))
+
+
+def bench_lifecycle(work: Path, n: int, repeat: int = 3) -> list[dict[str, object]]:
+    """``ls``, ``stats``, ``gc --dry-run`` on *n* entries vs a floor: one process reading every manifest."""
+    cache = work / "cache"
+    fill_volume(cache, n, _model(work))
+    floor_code = ("import json,os,sys\nfor e in os.scandir(sys.argv[1]):\n"
+                  "    json.load(open(os.path.join(e.path,'manifest.json')))")
+    floor = statistics.median(_timed([sys.executable, "-c", floor_code, str(cache / "entries")])
+                              for _ in range(repeat))
+    rows = []
+    for label, args in (("ls --json", ["ls", "--json"]), ("stats", ["stats"]),
+                        ("gc --dry-run --max-age 30d --max-bytes 1M", ["gc", "--dry-run", "--max-age", "30d",
+                                                                       "--max-bytes", "1M"])):
+        argv = [sys.executable, "-m", "trtwarm", *args, "--cache-dir", str(cache)]
+        took = statistics.median(_timed(argv) for _ in range(repeat))
+        rows.append({"command": label, "n": n, "seconds": took, "floor_s": floor, "ratio": took / floor,
+                     "ok": took < 1.0})
+    return rows
+
+
+def render(hit: list[dict], storm: list[dict], key: dict, build_seconds: float,
+           lifecycle: list[dict] | None = None) -> str:
     lines = [f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} CPUs by `python bench/run.py`.", "",
              "| hit path: engine | `trtwarm init` (hit) | floor: python read + sha256 | ratio | target 1.25x+50ms |",
              "|---|---|---|---|---|"]
@@ -150,6 +195,11 @@ def render(hit: list[dict], storm: list[dict], key: dict, build_seconds: float) 
     lines += ["", "| key resolution: model | full hash | with stat cache | target 10 ms |", "|---|---|---|---|",
               f"| {key['model']} | {key['full_hash_s'] * 1000:.0f} ms | {key['stat_cache_s'] * 1000:.2f} ms | "
               f"{'met' if key['ok'] else 'MISSED'} |"]
+    if lifecycle:
+        lines += ["", "| lifecycle command | entries | time | floor: read every manifest | ratio | target 1 s |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| `trtwarm {r['command']}` | {r['n']} | {r['seconds'] * 1000:.0f} ms | {r['floor_s'] * 1000:.0f} ms "
+                  f"| {r['ratio']:.2f} | {'met' if r['ok'] else 'MISSED'} |" for r in lifecycle]
     return "\n".join(lines) + "\n"
 
 

@@ -111,3 +111,27 @@ def test_explain_names_the_field_that_changed(model: Path, tmp_path: Path) -> No
     assert "builder.version trtexec-10.13.0.35 → trtexec-10.16.0.72" in newer.stdout
     fp16 = run_trtwarm(*base, "--builder-version", "trtexec-10.13.0.35", "--precision", "fp16")
     assert "build.precision model → fp16" in fp16.stdout
+
+
+def test_explain_names_weights_shape_and_key_extra_changes(model: Path, tmp_path: Path) -> None:
+    cache = model.parent / "cache"
+    flags = ["--builder", "onnxruntime", "--cache-dir", str(cache)]
+    assert run_trtwarm("init", *flags, "--model", str(model), "--shape", "input=1x16:8x16:32x16", "--key-extra",
+                       "calib=v1", "--handoff-dir", str(tmp_path / "h")).returncode == 0
+    base = ["key", "--explain", *flags]
+    shape = run_trtwarm(*base, "--model", str(model), "--shape", "input=1x16:4x16:32x16", "--key-extra", "calib=v1")
+    assert "build.shapes.input.opt [8, 16] → [4, 16]" in shape.stdout
+    extra = run_trtwarm(*base, "--model", str(model), "--shape", "input=1x16:8x16:32x16", "--key-extra", "calib=v2")
+    assert "build.extra.calib v1 → v2" in extra.stdout
+    retrained = make_model(tmp_path / "other" / "mlp.onnx", seed=7)  # same name, new weights
+    weights = run_trtwarm(*base, "--model", str(retrained), "--shape", "input=1x16:8x16:32x16", "--key-extra",
+                          "calib=v1")
+    assert "model.sha256 " in weights.stdout and "model.bytes" not in weights.stdout
+
+
+def test_key_diff_names_a_gpu_change_on_recorded_identities() -> None:
+    h100 = gpu.GpuInfo("GPU-1", "NVIDIA H100 80GB HBM3", (9, 0), 85520809984)
+    h200 = gpu.GpuInfo("GPU-2", "NVIDIA H200", (9, 0), 150754820096)
+    changes = {path: (old, new) for path, old, new in diff({"device": gpu.key_fields(h100)}, {"device": gpu.key_fields(h200)})}
+    assert changes["device.product"] == ("NVIDIA H100 80GB HBM3", "NVIDIA H200")
+    assert "device.compute_capability" not in changes

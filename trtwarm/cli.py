@@ -12,7 +12,6 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from trtwarm import __version__
 from trtwarm import log as logsetup
@@ -20,6 +19,7 @@ from trtwarm.config import DEFAULT_CACHE_DIR, DEFAULT_HANDOFF_DIR, Settings, env
 from trtwarm.errors import BuildError, TrtwarmError, exit_code_for, exit_table, hint_for
 
 log = logging.getLogger("trtwarm")
+LIFECYCLE = ("ls", "stats", "verify", "gc", "rm")
 
 
 def _exit_codes_epilog() -> str:
@@ -70,10 +70,10 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
                          "the entries of the same model on the volume")
     key.set_defaults(func=cmd_key, handoff_dir=str(DEFAULT_HANDOFF_DIR), lock_timeout="1h", lock_mode="auto",
                      progress_interval="10s", read_only=False, verify="digest")
-    ls = sub.add_parser("ls", help="list the ready entries")
-    ls.add_argument("--cache-dir", default=str(DEFAULT_CACHE_DIR))
-    ls.add_argument("--json", action="store_true")
-    ls.set_defaults(func=cmd_ls)
+    if only is None or only in LIFECYCLE:
+        from trtwarm.lifecycle import add_parsers
+
+        add_parsers(sub, str(DEFAULT_CACHE_DIR))
     demo = sub.add_parser("demo", help="generate a model and run init twice with the onnxruntime builder")
     demo.add_argument("--cache-dir", help="cache to use (default: a fresh temporary directory)")
     demo.add_argument("--workdir", help="where the model and hand-off dirs go (default: a temporary directory)")
@@ -133,31 +133,6 @@ def cmd_key(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     return 0
 
 
-def cmd_ls(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    """``trtwarm ls``: the ready entries (verified by size, not re-hashed)."""
-    from trtwarm.errors import EntryInvalid
-    from trtwarm.layout import Layout
-    from trtwarm.store import EngineStore, check_entry
-
-    rows: list[dict[str, Any]] = []
-    for path in sorted(EngineStore(Layout(Path(ns.cache_dir))).entries()):
-        try:
-            entry = check_entry(path, None, digest=False)
-        except EntryInvalid:
-            continue
-        m = entry.manifest
-        rows.append({"key": entry.key, "name": entry.name, "path": str(entry.engine), "engine_bytes": m["engine_bytes"],
-                     "created": m.get("created_utc"), "builder": m.get("key_document", {}).get("builder"),
-                     "device": m.get("key_document", {}).get("device")})
-    if ns.json:
-        print(json.dumps(rows, indent=2))
-    else:
-        for row in rows:
-            print(f"{row['key'][:16]}  {row['engine_bytes']:>12}  {row['created'] or '':20}  {row['name']}")
-        print(f"{len(rows)} entries, {sum(r['engine_bytes'] for r in rows)} bytes")
-    return 0
-
-
 def cmd_demo(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm demo``."""
     from trtwarm.demo import run
@@ -201,6 +176,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except KeyboardInterrupt:
         log.error("interrupted")
         return 130
+    except BrokenPipeError:  # `trtwarm ls | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as exc:  # the last resort: one line, the traceback only at debug level
         log.error("unexpected error: %s: %s (please report this)", type(exc).__name__, exc)
         log.debug("traceback", exc_info=True)

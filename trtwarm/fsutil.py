@@ -55,8 +55,11 @@ def _tmp_name(target: Path) -> Path:
     return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
 
 
-def atomic_write(target: Path, data: bytes, mode: int = 0o644) -> None:
-    """Replace *target* with *data* so that readers see the old or the new content, never a mix."""
+def atomic_write(target: Path, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
+    """Replace *target* with *data* so that readers see the old or the new content, never a mix.
+
+    :param durable: fsync the file and its directory (off for advisory files rewritten every minute)
+    """
     tmp = _tmp_name(target)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
@@ -64,7 +67,8 @@ def atomic_write(target: Path, data: bytes, mode: int = 0o644) -> None:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.chmod(tmp, mode)  # the umask must not make a shared volume unreadable to other Pods' UIDs
@@ -72,12 +76,13 @@ def atomic_write(target: Path, data: bytes, mode: int = 0o644) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    fsync_dir(target.parent)
+    if durable:
+        fsync_dir(target.parent)
 
 
-def atomic_write_json(target: Path, doc: Any, mode: int = 0o644) -> None:
+def atomic_write_json(target: Path, doc: Any, mode: int = 0o644, *, durable: bool = True) -> None:
     """Write *doc* as indented JSON through :func:`atomic_write`."""
-    atomic_write(target, (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode(), mode)
+    atomic_write(target, (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode(), mode, durable=durable)
 
 
 def atomic_symlink(target: Path, link: Path) -> None:
@@ -102,8 +107,14 @@ def read_bounded(path: Path, limit: int) -> bytes:
     :raises OSError: the file is missing, a symlink (``ELOOP``) or unreadable
     """
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as handle:
-        data = handle.read(limit + 1)
+    chunks, size = [], 0
+    try:  # plain os.read: a buffered file object costs more than the read itself for small files
+        while size <= limit and (chunk := os.read(fd, limit + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
     if len(data) > limit:
         raise TooLarge(f"{path} is larger than {limit} bytes")
     return data

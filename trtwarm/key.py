@@ -62,12 +62,15 @@ def _shapes_label(build: Mapping[str, Any]) -> str:
 
 
 def entry_name(doc: Mapping[str, Any], key: str, model_name: str) -> str:
-    """Return ``<model>_<device>_<runtime>_<precision>_<shapes>--<key16>``, sanitised to ``[a-z0-9._-]``."""
+    """Return ``<model>_<device>_<runtime>_<precision>_<shapes>--<key16>``, sanitised to ``[a-z0-9._-]``.
+
+    ``_`` only separates the parts (inside a part it becomes ``-``), so tools can split a name back into them.
+    """
     builder = doc["builder"]
     runtime = f"{builder['name']}{builder.get('version', '')}"
     parts = (model_name, short_name(doc["device"]), runtime, str(doc["build"].get("precision", "")),
              _shapes_label(doc["build"]))
-    return "_".join(sanitize(p) for p in parts) + "--" + key[:16]
+    return "_".join(sanitize(p).replace("_", "-") for p in parts) + "--" + key[:16]
 
 
 def model_part(name: str) -> str:

@@ -14,7 +14,8 @@
     ├─ .locks/<key>.owner.json           who holds the build lock, refreshed by a heartbeat
     ├─ .quarantine/<name>.<utc>.<reason>/  entries that failed verification, kept for inspection
     ├─ .uses/<key>                       mtime = last time trtwarm used the entry (hit or build)
-    ├─ .leases/<key>/<pod>               in-use leases written by sidecars
+    ├─ .leases/<key>/<holder>.json       in-use leases (init, then the sidecar); mtime = heartbeat
+    ├─ .trash/                           entries being removed by gc: renamed here first, then deleted
     ├─ .statcache/<id>.json              model digests keyed by (dev, inode, size, mtime, ctime)
     └─ timing-caches/<id>.cache          TensorRT timing caches, shared per TensorRT version and GPU class
 

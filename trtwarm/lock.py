@@ -98,8 +98,8 @@ class BuildLock:
 
     def __init__(self, layout: Layout, lock_id: str, identity: Identity, *, mode: str = "auto",
                  timeout: float = 3600.0, on_wait: Callable[[float, dict[str, Any] | None], None] | None = None,
-                 progress: float = PROGRESS_SECONDS) -> None:
-        self.layout, self.lock_id, self.identity = layout, lock_id, identity
+                 progress: float = PROGRESS_SECONDS, label: str | None = None) -> None:
+        self.layout, self.lock_id, self.identity, self.label = layout, lock_id, identity, label
         self.requested_mode, self.timeout, self.progress = mode, timeout, progress
         self.on_wait = on_wait
         self.mode = mode if mode != "auto" else detect_mode(layout.root)[0]
@@ -158,6 +158,7 @@ class BuildLock:
         atomic_write_json(self.layout.owner_path(self.lock_id), {
             "pod": ident.pod, "namespace": ident.namespace, "node": ident.node, "hostname": ident.hostname,
             "pid": os.getpid(), "started": self._started, "heartbeat": time.time(), "mode": self.mode,
+            "label": self.label,
         }, 0o664)
 
     def _heartbeat(self) -> None:

@@ -101,15 +101,22 @@ def check_entry(path: Path, key: str | None, *, digest: bool = True) -> Entry:
         st = os.lstat(entry.engine)
     except FileNotFoundError:
         raise EntryInvalid("engine file is missing") from None
+    check_engine_stat(entry, st)
+    if digest and sha256_file(entry.engine)[0] != entry.manifest["engine_sha256"]:
+        raise EntryInvalid("engine SHA-256 does not match the manifest (corrupt)")
+    return entry
+
+
+def check_engine_stat(entry: Entry, st: os.stat_result | None) -> None:
+    """The cheap checks of :func:`check_entry` on the engine's ``lstat`` (None: missing). :raises EntryInvalid:"""
+    if st is None:
+        raise EntryInvalid("engine file is missing")
     if stat.S_ISLNK(st.st_mode):
         raise EntryInvalid("engine file is a symlink")
     if not stat.S_ISREG(st.st_mode):
         raise EntryInvalid("engine file is not a regular file")
     if st.st_size != entry.manifest["engine_bytes"]:
         raise EntryInvalid(f"engine is {st.st_size} bytes, manifest says {entry.manifest['engine_bytes']} (truncated)")
-    if digest and sha256_file(entry.engine)[0] != entry.manifest["engine_sha256"]:
-        raise EntryInvalid("engine SHA-256 does not match the manifest (corrupt)")
-    return entry
 
 
 class EngineStore:
@@ -205,17 +212,10 @@ class EngineStore:
         Call it with the key's build lock held, so no live builder of that key is working there.
         """
         removed = []
-        host = _host()
         for path in _listdir(self.layout.staging):
-            parts = path.name.split(".")
-            if key is not None and parts[0] != key[:16]:
+            if key is not None and path.name.split(".")[0] != key[:16]:
                 continue
-            try:
-                age = time.time() - path.stat().st_mtime
-            except FileNotFoundError:
-                continue
-            dead = len(parts) >= 4 and parts[-3] == host and parts[-2].isdigit() and not pid_alive(int(parts[-2]))
-            if dead or age > max_age:
+            if staging_stale(path, time.time(), max_age):
                 _rmtree(path)
                 removed.append(path)
         return removed
@@ -233,6 +233,20 @@ class EngineStore:
     def entries(self) -> Iterator[Path]:
         """Yield the entry directories (unverified), in directory order."""
         yield from _listdir(self.layout.entries)
+
+
+def staging_stale(path: Path, now: float, max_age: float = STALE_STAGING_SECONDS) -> bool:
+    """Whether the staging directory *path* belongs to a dead builder (this host, pid gone) or is older than *max_age*.
+
+    Its name is ``<key16>.<host>.<pid>.<rand>`` (see :meth:`EngineStore.staging`); a vanished one is not stale.
+    """
+    parts = path.name.split(".")
+    try:
+        age = now - path.stat().st_mtime
+    except FileNotFoundError:
+        return False
+    dead = len(parts) >= 4 and parts[-3] == _host() and parts[-2].isdigit() and not pid_alive(int(parts[-2]))
+    return dead or age > max_age
 
 
 def _rmtree(path: Path) -> None:
@@ -253,4 +267,5 @@ def _listdir(path: Path) -> list[Path]:
         return []
 
 
-__all__ = ["MANIFEST", "MANIFEST_LIMIT", "EngineStore", "Entry", "check_entry", "read_manifest"]
+__all__ = ["MANIFEST", "MANIFEST_LIMIT", "STALE_STAGING_SECONDS", "EngineStore", "Entry", "check_engine_stat", "check_entry", "read_manifest",
+           "staging_stale"]

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from trtwarm import __version__, handoff
+from trtwarm import __version__, handoff, leases
 from trtwarm.builders import Builder, get_builder
 from trtwarm.config import Settings
 from trtwarm.errors import BuildError, EntryInvalid, LockTimeoutError, VolumeError
@@ -173,7 +173,7 @@ def _single_flight(plan: Plan) -> tuple[Entry, str]:
     s = plan.settings
     plan.layout.ensure()
     lock = BuildLock(plan.layout, plan.key, s.identity, mode=s.lock_mode, timeout=s.lock_timeout,
-                     on_wait=_on_wait(plan), progress=s.progress_interval)
+                     on_wait=_on_wait(plan), progress=s.progress_interval, label=plan.name)
     with lock:
         plan.seconds["wait"] = lock.waited
         entry = _lookup(plan)
@@ -202,6 +202,29 @@ def _wait_read_only(plan: Plan) -> Entry:
                            "--lock-timeout")
 
 
+def _build_or_wait(plan: Plan) -> tuple[Entry, str]:
+    if plan.settings.read_only:
+        return _wait_read_only(plan), "waited"
+    try:
+        return _single_flight(plan)
+    except OSError as exc:  # the lock, the staging directory or the entry could not be written
+        if exc.errno not in FULL_ERRNOS | READ_ONLY_ERRNOS:
+            raise
+        raise volume_error(exc, plan.layout.root, "build an engine in") from exc
+
+
+def _obtain(plan: Plan) -> tuple[Entry, str]:
+    """Hit, else wait or build. An entry that gc moved away while we verified it is a plain miss."""
+    for _attempt in range(3):
+        entry = _lookup(plan)
+        entry, result = (entry, "hit") if entry is not None else _build_or_wait(plan)
+        if entry.engine.exists():
+            return entry, result
+        log.warning("%s was removed by gc while this init verified it; looking it up again", plan.label)
+    raise VolumeError(f"{plan.label} kept disappearing while this init used it",
+                      hint="a cleanup that ignores trtwarm's leases is running on this volume; stop it")
+
+
 def warm(settings: Settings) -> WarmReport:
     """Run ``trtwarm init``: return the report after writing the hand-off. :raises TrtwarmError: see errors."""
     start = time.monotonic()
@@ -211,16 +234,9 @@ def warm(settings: Settings) -> WarmReport:
             Layout(settings.cache_dir).ensure()  # so the first start already memoises the model's digests
     plan = resolve(settings)
     log.info("key %s for %s", plan.key[:16], plan.name)
-    entry, result = _lookup(plan), "hit"
-    if entry is None and settings.read_only:
-        entry, result = _wait_read_only(plan), "waited"
-    elif entry is None:
-        try:
-            entry, result = _single_flight(plan)
-        except OSError as exc:  # the lock, the staging directory or the entry could not be written
-            if exc.errno not in FULL_ERRNOS | READ_ONLY_ERRNOS:
-                raise
-            raise volume_error(exc, plan.layout.root, "build an engine in") from exc
+    if plan.layout.leases.is_dir():  # before the lookup: a gc that planned without seeing it undoes its removal
+        leases.take(plan.layout, plan.key, plan.name, settings.identity)
+    entry, result = _obtain(plan)
     plan.store.touch_use(plan.key)
     plan.seconds["total"] = time.monotonic() - start
     report = WarmReport(key=plan.key, name=plan.name, path=str(entry.engine), result=result,

@@ -1,0 +1,251 @@
+"""Garbage collection: inspect, plan, then execute; never remove what a live Pod or a running build needs.
+
+Order of use is what trtwarm itself records (``.uses/<key>`` on every hit and build, sidecar leases), never file
+atime, which ``noatime`` and NFS make meaningless. An entry with a fresh lease or a build in progress is kept,
+whatever the budget says.
+
+Removal is safe against concurrent readers: the entry is first renamed out of ``entries/`` into ``.trash/`` in one
+step, so an init looking it up sees either the complete entry or a clean miss (and rebuilds). ``trtwarm init``
+takes its lease *before* it looks an entry up; if a lease appeared on the key after the plan was made, the
+rename is undone. Only then is the directory deleted.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trtwarm import leases as leaselib
+from trtwarm.errors import LockTimeoutError
+from trtwarm.inventory import EntryInfo, Inventory
+from trtwarm.layout import Layout
+
+log = logging.getLogger("trtwarm.gc")
+#: quarantined entries are kept this long for inspection before gc removes them
+QUARANTINE_GRACE = 7 * 86400.0
+#: at most this many removals per pass, so one pass on a huge volume stays bounded
+MAX_REMOVE = 1000
+REASONS = ("age", "size", "count", "quarantine", "staging", "manual")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What to keep. ``None`` disables a bound."""
+
+    max_age: float | None = None
+    max_bytes: int | None = None
+    keep_per_model: int | None = None
+    quarantine_grace: float = QUARANTINE_GRACE
+    max_remove: int = MAX_REMOVE
+
+
+@dataclass(frozen=True)
+class Action:
+    """One planned removal."""
+
+    path: Path
+    name: str
+    key: str | None
+    reason: str
+    bytes: int
+    last_used: float | None
+
+    def as_json(self) -> dict[str, Any]:
+        """The ``--json`` form."""
+        return {"name": self.name, "key": self.key, "path": str(self.path), "reason": self.reason,
+                "bytes": self.bytes, "last_used_ts": self.last_used}
+
+
+@dataclass
+class Plan:
+    """Removals in order, what was kept although a bound asked for it, and what is left for the next pass."""
+
+    actions: list[Action]
+    protected: list[tuple[EntryInfo, str]]
+    deferred: int
+    made_at: float
+
+    @property
+    def bytes(self) -> int:
+        """Bytes the plan frees."""
+        return sum(a.bytes for a in self.actions)
+
+
+def _action(info: EntryInfo, reason: str) -> Action:
+    return Action(info.path, info.name, info.key, reason, info.bytes, info.last_used)
+
+
+def _protection(info: EntryInfo) -> str | None:
+    if info.in_use:
+        return "in use by " + ", ".join(lease.holder for lease in info.leases)
+    if info.building:
+        return "a build of this key is in progress"
+    return None
+
+
+def plan(inv: Inventory, policy: Policy) -> Plan:
+    """Decide what goes, least recently used first within each reason; changes nothing."""
+    chosen: dict[Path, Action] = {}
+    protected: list[tuple[EntryInfo, str]] = []
+    by_lru = sorted(inv.entries, key=lambda e: (e.last_used or 0.0, e.name))
+
+    def drop(info: EntryInfo, reason: str) -> None:
+        why = _protection(info)
+        if why:
+            protected.append((info, why))
+        elif info.path not in chosen:
+            chosen[info.path] = _action(info, reason)
+
+    if policy.max_age is not None:
+        for info in by_lru:
+            if inv.now - (info.last_used or 0.0) > policy.max_age:
+                drop(info, "age")
+    if policy.keep_per_model is not None:
+        seen: dict[str, int] = {}
+        for info in reversed(by_lru):  # newest first: the first N of each model stay
+            seen[info.model] = seen.get(info.model, 0) + 1
+            if seen[info.model] > policy.keep_per_model and info.path not in chosen:
+                drop(info, "count")
+    if policy.max_bytes is not None:
+        left = sum(e.bytes for e in inv.entries if e.path not in chosen)
+        for info in by_lru:
+            if left <= policy.max_bytes:
+                break
+            if info.path not in chosen:
+                drop(info, "size")
+                left -= info.bytes if info.path in chosen else 0
+    for info in inv.quarantined:
+        if inv.now - (info.last_used or inv.now) > policy.quarantine_grace:
+            chosen[info.path] = _action(info, "quarantine")
+    for path, stale in inv.staging:
+        if stale:
+            chosen[path] = Action(path, path.name, None, "staging", 0, None)
+    actions = list(chosen.values())
+    return Plan(actions[: policy.max_remove], _unique(protected), max(0, len(actions) - policy.max_remove), inv.now)
+
+
+def _unique(items: list[tuple[EntryInfo, str]]) -> list[tuple[EntryInfo, str]]:
+    seen: set[Path] = set()
+    return [(i, w) for i, w in items if not (i.path in seen or seen.add(i.path))]  # type: ignore[func-returns-value]
+
+
+def plan_remove(inv: Inventory, selectors: Iterable[str], force: bool = False) -> tuple[Plan, list[str]]:
+    """Plan ``trtwarm rm``: entries matching a full key, a key prefix (8+ hex digits) or a name.
+
+    :return: the plan and the selectors that matched nothing
+    """
+    actions, protected, unmatched = [], [], []
+    for sel in selectors:
+        hits = [e for e in inv.entries if sel in (e.name, e.key) or (
+            len(sel) >= 8 and ((e.key or "").startswith(sel) or e.name.endswith("--" + sel[:16])))]
+        if not hits:
+            unmatched.append(sel)
+        for info in hits:
+            why = None if force else _protection(info)
+            if why:
+                protected.append((info, why))
+            elif all(a.path != info.path for a in actions):
+                actions.append(_action(info, "manual"))
+    return Plan(actions, protected, 0, inv.now), unmatched
+
+
+def remove(layout: Layout, action: Action, since: float) -> bool:
+    """Execute one action: rename out of the way, undo if a lease appeared after *since*, then delete.
+
+    :return: whether it was removed (False: already gone, or a Pod started using it meanwhile)
+    """
+    trash = layout.root / ".trash"
+    trash.mkdir(exist_ok=True)
+    target = trash / f"{action.path.name}.{secrets.token_hex(4)}"
+    try:
+        os.rename(action.path, target)
+    except FileNotFoundError:
+        return False
+    if action.key and action.reason != "manual" and leaselib.fresh_since(layout, action.key, since):
+        try:
+            os.rename(target, action.path)
+            log.info("kept %s: a Pod started using it while gc ran", action.name)
+            return False
+        except OSError as exc:  # a new build published the same name meanwhile: that one is as good
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+    shutil.rmtree(target, ignore_errors=True)
+    if action.key and action.path.parent == layout.entries:
+        layout.use_path(action.key).unlink(missing_ok=True)
+    return True
+
+
+def execute(layout: Layout, gc_plan: Plan) -> list[Action]:
+    """Carry out *gc_plan*; return the actions that removed something."""
+    done = [a for a in gc_plan.actions if remove(layout, a, gc_plan.made_at)]
+    shutil.rmtree(layout.root / ".trash", ignore_errors=True)  # leftovers of an interrupted earlier pass
+    _prune_leases(layout, gc_plan.made_at)
+    return done
+
+
+def _prune_leases(layout: Layout, now: float) -> None:
+    """Remove lease files stale for a day (their Pods are long gone) and empty per-key lease directories."""
+    for key, found in leaselib.scan(layout).items():
+        for lease in found:
+            if now - lease.heartbeat > 86400:
+                lease.path.unlink(missing_ok=True)
+        try:
+            (layout.leases / key).rmdir()
+        except OSError:
+            continue  # not empty: live leases remain
+
+
+class VolumeGcLock:
+    """The volume-wide GC lock: non-blocking, so only one collector per volume works at a time."""
+
+    def __init__(self, layout: Layout, mode: str = "auto") -> None:
+        from trtwarm.lock import detect_mode
+
+        self.layout = layout
+        self.mode = mode if mode != "auto" else detect_mode(layout.root)[0]
+        self._lock: Any = None
+
+    def __enter__(self) -> VolumeGcLock:
+        import filelock
+
+        self.layout.locks.mkdir(exist_ok=True)
+        path = self.layout.locks / "gc.lock"
+        self._lock = (filelock.SoftFileLock(path.with_suffix(".lease"), mode=0o664) if self.mode == "lease" else
+                      filelock.UnixFileLock(path, mode=0o664, preserve_lock_file=True))
+        try:
+            self._lock.acquire(timeout=0)
+        except filelock.Timeout:
+            raise LockTimeoutError("another gc is running on this volume", hint="try again later") from None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def summarize(actions: Iterable[Action]) -> dict[str, int]:
+    """Removed count by reason."""
+    out = dict.fromkeys(REASONS, 0)
+    for action in actions:
+        out[action.reason] += 1
+    return out
+
+
+def run(layout: Layout, inv_policy: Policy, *, mode: str = "auto") -> tuple[Plan, list[Action]]:
+    """One unattended pass (the sidecar's periodic gc): lock, scan, plan, execute."""
+    from trtwarm.inventory import scan
+
+    with VolumeGcLock(layout, mode):
+        gc_plan = plan(scan(layout, time.time()), inv_policy)
+        return gc_plan, execute(layout, gc_plan)
+
+
+__all__ = ["MAX_REMOVE", "QUARANTINE_GRACE", "REASONS", "Action", "Plan", "Policy", "VolumeGcLock", "execute", "plan",
+           "plan_remove", "remove", "run", "summarize"]

@@ -1,0 +1,124 @@
+"""In-use leases: which live Pods depend on which entry, so cleanup never removes an engine a Pod runs.
+
+A lease is a small JSON file ``.leases/<key>/<holder>.json`` whose mtime is its heartbeat. ``trtwarm init`` takes
+one for its key *before* it looks the entry up (so a concurrent GC either sees it or its removal is undone, see
+:mod:`trtwarm.gc`); the sidecar refreshes it every :data:`REFRESH_SECONDS` while the Pod lives and removes it on
+SIGTERM. A Pod that dies without cleaning up leaves a lease that simply goes stale after :data:`LEASE_TTL`.
+
+The holder name is ``<namespace>.<pod>`` inside Kubernetes (init and sidecar share one file), else
+``<host>.<pid>``.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trtwarm.config import Identity
+from trtwarm.fsutil import READ_ONLY_ERRNOS, TooLarge, atomic_write_json, read_bounded
+from trtwarm.key import sanitize
+from trtwarm.layout import Layout
+
+REFRESH_SECONDS = 60.0
+#: a lease not refreshed for this long belongs to a Pod that is gone
+LEASE_TTL = 5 * REFRESH_SECONDS
+_IGNORED = READ_ONLY_ERRNOS | {errno.ENOENT}
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One lease file as found on the volume."""
+
+    key: str
+    holder: str
+    path: Path
+    heartbeat: float
+
+    def fresh(self, now: float, ttl: float = LEASE_TTL) -> bool:
+        """Whether the holder refreshed it within *ttl* seconds of *now*."""
+        return now - self.heartbeat < ttl
+
+
+def holder_name(identity: Identity) -> str:
+    """The lease file's stem for *identity*: ``<namespace>.<pod>`` in a Pod, else ``<host>.<pid>``."""
+    if identity.pod:
+        return sanitize(f"{identity.namespace or 'default'}.{identity.pod}", 120)
+    return sanitize(f"{identity.hostname}.{os.getpid()}", 120)
+
+
+def lease_path(layout: Layout, key: str, identity: Identity) -> Path:
+    """Where *identity*'s lease on *key* lives."""
+    return layout.leases / key / f"{holder_name(identity)}.json"
+
+
+def take(layout: Layout, key: str, name: str, identity: Identity) -> Path | None:
+    """Write (or refresh) *identity*'s lease on *key*; None on a read-only volume (nothing to protect there)."""
+    path = lease_path(layout, key, identity)
+    doc = {"key": key, "name": name, "pod": identity.pod, "namespace": identity.namespace, "node": identity.node,
+           "hostname": identity.hostname, "pid": os.getpid(), "refreshed": time.time()}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path, doc, layout.file_mode(), durable=False)  # advisory: its mtime is what counts
+    except OSError as exc:
+        if exc.errno not in _IGNORED:
+            raise
+        return None
+    return path
+
+
+def release(path: Path | None) -> None:
+    """Remove a lease (the Pod is going away); missing is fine."""
+    if path is None:
+        return
+    try:
+        path.unlink()
+    except OSError as exc:
+        if exc.errno not in _IGNORED:
+            raise
+
+
+def read(path: Path) -> dict[str, Any] | None:
+    """A lease's JSON body, or None when unreadable (the mtime is what counts)."""
+    try:
+        doc = json.loads(read_bounded(path, 64 * 1024))
+    except (OSError, TooLarge, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def scan(layout: Layout) -> dict[str, list[Lease]]:
+    """All leases on the volume, by key (one ``scandir`` per key directory)."""
+    found: dict[str, list[Lease]] = {}
+    try:
+        keys = list(os.scandir(layout.leases))
+    except FileNotFoundError:
+        return found
+    for key_dir in keys:
+        if key_dir.is_dir(follow_symlinks=False) and (items := scan_key(layout, key_dir.name)):
+            found[key_dir.name] = items
+    return found
+
+
+def fresh_since(layout: Layout, key: str, since: float, now: float | None = None) -> bool:
+    """Whether *key* has a fresh lease refreshed at or after *since* (a Pod started using it meanwhile)."""
+    now = time.time() if now is None else now
+    return any(lease.fresh(now) and lease.heartbeat >= since for lease in scan_key(layout, key))
+
+
+def scan_key(layout: Layout, key: str) -> list[Lease]:
+    """The leases on one key."""
+    try:
+        with os.scandir(layout.leases / key) as it:
+            return [Lease(key, e.name.removesuffix(".json"), Path(e.path), e.stat(follow_symlinks=False).st_mtime)
+                    for e in it if e.name.endswith(".json")]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+__all__ = ["LEASE_TTL", "REFRESH_SECONDS", "Lease", "holder_name", "lease_path", "read", "release", "scan",
+           "scan_key", "take"]

@@ -1,0 +1,221 @@
+"""The lifecycle commands: ``ls``, ``stats``, ``verify``, ``gc``, ``rm``. Each inspects, plans, then executes.
+
+Modelled on ``hf cache ls|rm|prune|verify`` and ``ccache -s``: a table for people, ``--json`` for scripts, and
+nothing removed without ``--yes`` (or a ``y`` at the terminal's prompt).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from trtwarm import gc as gclib
+from trtwarm.config import parse_duration, parse_size
+from trtwarm.inventory import EntryInfo, Inventory, scan
+from trtwarm.layout import Layout
+from trtwarm.tables import human_age, human_bytes, render, utc
+
+_SORTS = {"used": lambda e: -(e.last_used or 0.0), "size": lambda e: -e.bytes, "name": lambda e: e.name}
+
+
+def _inventory(ns: argparse.Namespace, manifests: bool = False) -> Inventory:
+    layout = Layout(Path(ns.cache_dir))
+    layout.check()
+    return scan(layout, manifests=manifests)
+
+
+def _print_json(doc: Any) -> None:
+    print(json.dumps(doc, indent=2, sort_keys=True))
+
+
+def cmd_ls(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """``trtwarm ls``: entries with their use, plus builds in progress and quarantined entries."""
+    inv = _inventory(ns, manifests=ns.json)
+    rows = sorted(inv.entries, key=_SORTS[ns.sort])
+    if ns.json:
+        _print_json([e.as_json() for e in rows] if not ns.all else {
+            "entries": [e.as_json() for e in rows], "quarantined": [e.as_json() for e in inv.quarantined],
+            "building": [{"key": o.lock_id, "name": o.record.get("label"), "owner": o.record} for o in inv.building]})
+        return 0
+    table = [_ls_row(inv, e) for e in rows]
+    table += [[o.record.get("label") or "?", o.lock_id[:16], "-", "-", "-", "-", "-", "-", "-", "-", "building"]
+              for o in inv.building if o.lock_id not in {e.key for e in inv.entries}]
+    if ns.all:
+        table += [[e.name, "-", "-", "-", "-", "-", human_bytes(e.bytes), utc(e.last_used), "-", "-", "quarantined"]
+                  for e in inv.quarantined]
+    print(render(["NAME", "KEY", "BUILDER", "DEVICE", "PRECISION", "SHAPES", "SIZE", "CREATED", "LAST USED", "PODS",
+                  "STATUS"], table, right=("SIZE", "PODS")))
+    total = sum(e.bytes for e in inv.entries)
+    print(f"\n{len(inv.entries)} entries, {human_bytes(total)}; {sum(e.in_use for e in inv.entries)} in use; "
+          f"{len(inv.building)} building; {len(inv.quarantined)} quarantined")
+    return 0
+
+
+def _ls_row(inv: Inventory, e: EntryInfo) -> list[object]:
+    d = e.describe()
+    status = e.status if e.status == "ok" else f"{e.status}: {e.problem}"
+    ago = inv.now - e.last_used if e.last_used else None
+    return [e.name, (e.key or "")[:16], d["builder"], d["device"], d["precision"], d["shapes"], human_bytes(e.bytes),
+            utc(e.created), f"{human_age(ago)} ago", len(e.leases), status]
+
+
+def stats(inv: Inventory) -> dict[str, Any]:
+    """The ``trtwarm stats`` summary of a volume."""
+    uses = [e.last_used for e in inv.entries if e.last_used]
+    by_builder: dict[str, dict[str, int]] = {}
+    for e in inv.entries:
+        row = by_builder.setdefault(e.describe()["builder"], {"entries": 0, "bytes": 0})
+        row["entries"] += 1
+        row["bytes"] += e.bytes
+    return {"cache_dir": str(inv.layout.root), "entries": len(inv.entries),
+            "bytes": sum(e.bytes for e in inv.entries), "damaged": sum(e.status != "ok" for e in inv.entries),
+            "quarantined": len(inv.quarantined), "quarantined_bytes": sum(e.bytes for e in inv.quarantined),
+            "in_use": sum(e.in_use for e in inv.entries), "builds_in_progress": len(inv.building),
+            "staging": len(inv.staging), "oldest_use_ts": min(uses, default=None),
+            "newest_use_ts": max(uses, default=None), "by_builder": by_builder}
+
+
+def cmd_stats(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """``trtwarm stats``: a ``ccache -s`` style summary."""
+    inv = _inventory(ns)
+    s = stats(inv)
+    if ns.json:
+        _print_json(s)
+        return 0
+    age = (lambda ts: "-" if ts is None else f"{utc(ts)} ({human_age(inv.now - ts)} ago)")
+    lines = [("cache directory", s["cache_dir"]), ("entries", f"{s['entries']} ({human_bytes(s['bytes'])})"),
+             ("  damaged", s["damaged"]), ("  in use now", s["in_use"]),
+             ("quarantined", f"{s['quarantined']} ({human_bytes(s['quarantined_bytes'])})"),
+             ("builds in progress", s["builds_in_progress"]), ("staging directories", s["staging"]),
+             ("oldest use", age(s["oldest_use_ts"])), ("newest use", age(s["newest_use_ts"]))]
+    lines += [(f"  {name}", f"{row['entries']} entries, {human_bytes(row['bytes'])}")
+              for name, row in sorted(s["by_builder"].items())]
+    print("\n".join(f"{k:<22}{v}" for k, v in lines[:9]))
+    if s["by_builder"]:
+        print("by builder version")
+        print("\n".join(f"{k:<22}{v}" for k, v in lines[9:]))
+    return 0
+
+
+def cmd_verify(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """``trtwarm verify``: exit 0 when clean (or all fixed), 1 when problems remain."""
+    from trtwarm.store import EngineStore
+    from trtwarm.verify import fix, inspect
+
+    inv = _inventory(ns, manifests=True)
+    checked, problems = inspect(inv)
+    fixed = fix(EngineStore(inv.layout), problems) if ns.fix and not ns.dry_run else []
+    remaining = [p for p in problems if p not in fixed]
+    if ns.json:
+        _print_json({"checked": checked, "problems": [p.as_json() for p in problems],
+                     "fixed": [p.as_json() for p in fixed], "remaining": len(remaining)})
+    else:
+        if problems:
+            print(render(["KIND", "FIX", "PATH", "DETAIL"], [[p.kind, "fixed" if p in fixed else p.fix,
+                                                              p.path.name, p.detail] for p in problems]))
+        print(f"{checked} entries checked; {len(problems)} problems; {len(fixed)} fixed"
+              + ("" if ns.fix or not problems else " (run with --fix to repair)"))
+    return 1 if remaining else 0
+
+
+def _confirm(ns: argparse.Namespace, question: str) -> bool:
+    if ns.yes:
+        return True
+    if ns.dry_run or not sys.stdin.isatty():
+        return False
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+
+def _show_plan(plan: gclib.Plan, now: float, as_json: bool) -> None:
+    if as_json:
+        return
+    if plan.actions:
+        print(render(["REASON", "SIZE", "LAST USED", "NAME"], [
+            [a.reason, human_bytes(a.bytes), f"{human_age(now - a.last_used)} ago" if a.last_used else "-", a.name]
+            for a in plan.actions], right=("SIZE",)))
+    for info, why in plan.protected:
+        print(f"keep {info.name}: {why}")
+    more = f"; {plan.deferred} more next pass" if plan.deferred else ""
+    print(f"plan: remove {len(plan.actions)}, free {human_bytes(plan.bytes)}{more}")
+
+
+def _carry_out(ns: argparse.Namespace, inv: Inventory, plan: gclib.Plan, what: str) -> int:
+    _show_plan(plan, inv.now, ns.json)
+    go = bool(plan.actions) and _confirm(ns, f"{what} {len(plan.actions)} items, {human_bytes(plan.bytes)}?")
+    done: list[gclib.Action] = []
+    if go:
+        with gclib.VolumeGcLock(inv.layout, getattr(ns, "lock_mode", "auto")):
+            done = gclib.execute(inv.layout, plan)
+    if ns.json:
+        _print_json({"plan": [a.as_json() for a in plan.actions], "deferred": plan.deferred,
+                     "kept": [{"name": i.name, "why": w} for i, w in plan.protected], "executed": go,
+                     "removed": [a.as_json() for a in done], "freed_bytes": sum(a.bytes for a in done)})
+    elif go:
+        print(f"removed {len(done)}, freed {human_bytes(sum(a.bytes for a in done))}")
+    elif plan.actions:
+        print("nothing removed: " + ("--dry-run" if ns.dry_run else "pass --yes to remove"))
+    return 0
+
+
+def policy_from(ns: argparse.Namespace) -> gclib.Policy:
+    """The gc policy from ``--max-age``, ``--max-bytes``, ``--keep-per-model``, ``--quarantine-grace``."""
+    return gclib.Policy(max_age=parse_duration(ns.max_age) if ns.max_age else None,
+                        max_bytes=parse_size(ns.max_bytes) if ns.max_bytes else None,
+                        keep_per_model=ns.keep_per_model, quarantine_grace=parse_duration(ns.quarantine_grace),
+                        max_remove=ns.max_remove)
+
+
+def cmd_gc(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """``trtwarm gc``: plan by age, byte budget and count per model; execute only when confirmed."""
+    policy = policy_from(ns)
+    inv = _inventory(ns)
+    return _carry_out(ns, inv, gclib.plan(inv, policy), "remove")
+
+
+def cmd_rm(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """``trtwarm rm KEY|NAME...``: entries in use are kept unless ``--force``."""
+    from trtwarm.errors import ConfigError
+
+    inv = _inventory(ns)
+    plan, unmatched = gclib.plan_remove(inv, ns.selectors, ns.force)
+    if unmatched:
+        raise ConfigError(f"no entry matches {', '.join(unmatched)}", hint="`trtwarm ls` lists names and keys; "
+                          "a key prefix needs at least 8 hex digits")
+    return _carry_out(ns, inv, plan, "remove")
+
+
+def add_parsers(sub: Any, cache_default: str) -> None:
+    """Define ``ls``, ``stats``, ``verify``, ``gc`` and ``rm`` on the subparsers action *sub*."""
+    def parser(name: str, func: Any, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--cache-dir", default=cache_default, help="the shared cache volume (%(default)s)")
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.set_defaults(func=func)
+        return p
+
+    ls = parser("ls", cmd_ls, "list the entries: use, size, Pods using them, status")
+    ls.add_argument("--sort", default="used", choices=sorted(_SORTS), help="order (%(default)s: recent first)")
+    ls.add_argument("--all", action="store_true", help="also list quarantined entries")
+    parser("stats", cmd_stats, "summary of the volume")
+    verify = parser("verify", cmd_verify, "re-hash every entry; find corrupt, truncated and orphaned files")
+    verify.add_argument("--fix", action="store_true", help="quarantine bad entries, remove stale staging")
+    verify.add_argument("--dry-run", action="store_true", help="with --fix: only say what would be fixed")
+    gc = parser("gc", cmd_gc, "remove entries by age, byte budget and count per model (plan first)")
+    gc.add_argument("--max-age", help="remove entries unused for longer, e.g. 30d")
+    gc.add_argument("--max-bytes", help="then remove least recently used entries until under this, e.g. 100G")
+    gc.add_argument("--keep-per-model", type=int, help="keep only the N most recently used entries per model")
+    gc.add_argument("--quarantine-grace", default="7d", help="keep quarantined entries this long (%(default)s)")
+    gc.add_argument("--max-remove", type=int, default=gclib.MAX_REMOVE, help="bound per pass (%(default)s)")
+    rm = parser("rm", cmd_rm, "remove entries by key, key prefix or name")
+    rm.add_argument("selectors", nargs="+", metavar="KEY|NAME")
+    rm.add_argument("--force", action="store_true", help="also remove entries a live Pod holds a lease on")
+    for p in (gc, rm):
+        p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+        p.add_argument("--yes", "-y", action="store_true", help="do not ask")
+
+
+__all__ = ["add_parsers", "cmd_gc", "cmd_ls", "cmd_rm", "cmd_stats", "cmd_verify", "policy_from", "stats"]

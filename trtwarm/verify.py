@@ -1,0 +1,80 @@
+"""``trtwarm verify``: re-hash every entry against its manifest and find what a crash or a bad disk left behind.
+
+Inspect, then plan, then execute: :func:`inspect` only reads (and hashes); :func:`fix` quarantines bad entries
+(kept for inspection, never deleted here), removes staging directories of dead builders and stale owner records.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trtwarm.errors import EntryInvalid
+from trtwarm.inventory import Inventory
+from trtwarm.store import EngineStore, check_entry
+
+#: fault kinds, from the verification reason
+KINDS = ("corrupt", "truncated", "orphaned", "bad-manifest", "damaged", "stale-staging", "stale-owner")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One fault on the volume, and what ``--fix`` does about it."""
+
+    kind: str
+    path: Path
+    detail: str
+    fix: str
+
+    def as_json(self) -> dict[str, Any]:
+        """The ``--json`` form."""
+        return {"kind": self.kind, "path": str(self.path), "detail": self.detail, "fix": self.fix}
+
+
+def classify(reason: str) -> str:
+    """Map a verification reason (see :func:`trtwarm.store.check_entry`) to a fault kind."""
+    if "SHA-256" in reason:
+        return "corrupt"
+    if "truncated" in reason:
+        return "truncated"
+    if "manifest.json is missing" in reason:
+        return "orphaned"
+    if reason.startswith("manifest.json"):
+        return "bad-manifest"
+    return "damaged"
+
+
+def inspect(inv: Inventory) -> tuple[int, list[Problem]]:
+    """Hash every entry and collect the faults. :return: ``(entries checked, problems)``"""
+    problems = []
+    for info in inv.entries:
+        try:
+            check_entry(info.path, None, digest=True)
+        except EntryInvalid as exc:
+            problems.append(Problem(classify(exc.reason), info.path, exc.reason, "quarantine"))
+    problems += [Problem("stale-staging", path, "a build directory left by a builder that is gone", "remove")
+                 for path, stale in inv.staging if stale]
+    problems += [Problem("stale-owner", o.path, f"build lock owner record without a heartbeat for "
+                         f"{o.heartbeat_age:.0f} s", "remove") for o in inv.owners if o.stale]
+    return len(inv.entries), problems
+
+
+def fix(store: EngineStore, problems: list[Problem]) -> list[Problem]:
+    """Repair what can be repaired; return the problems that were fixed."""
+    fixed = []
+    for problem in problems:
+        if problem.fix == "quarantine":
+            if store.quarantine(problem.path, problem.kind) is None and problem.path.exists():
+                continue
+        elif problem.kind == "stale-staging":
+            shutil.rmtree(problem.path, ignore_errors=True)
+        else:
+            problem.path.unlink(missing_ok=True)
+        if not problem.path.exists():
+            fixed.append(problem)
+    return fixed
+
+
+__all__ = ["KINDS", "Problem", "classify", "fix", "inspect"]
