@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -108,7 +109,9 @@ def test_failing_build_command_exits_4_with_its_output(model: Path, cache: Path,
     run = run_trtwarm(*args, env={"TRTWARM_TERMINATION_LOG": str(term)})
     assert_clean_failure(run, 4, "exited with status 3", cache)
     assert "parser error at node 7" in run.stderr and "parser error at node 7" in term.read_text()
-    assert not (tmp_path / "h" / "engine.json").exists()
+    report = json.loads((tmp_path / "h" / "engine.json").read_text())  # what the sidecar reads: not ready, why
+    assert report["ready"] is False and report["result"] == "error" and report["exit_code"] == 4
+    assert not (tmp_path / "h" / "engine").exists()
 
 
 def test_build_command_that_writes_nothing_exits_4(model: Path, cache: Path, tmp_path: Path) -> None:

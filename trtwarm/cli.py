@@ -70,6 +70,10 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
                          "the entries of the same model on the volume")
     key.set_defaults(func=cmd_key, handoff_dir=str(DEFAULT_HANDOFF_DIR), lock_timeout="1h", lock_mode="auto",
                      progress_interval="10s", read_only=False, verify="digest")
+    if only in (None, "sidecar"):
+        from trtwarm.sidecar import add_parser
+
+        add_parser(sub, str(DEFAULT_CACHE_DIR), str(DEFAULT_HANDOFF_DIR))
     if only is None or only in LIFECYCLE:
         from trtwarm.lifecycle import add_parsers
 
@@ -103,9 +107,18 @@ def cmd_init(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     from trtwarm import handoff
     from trtwarm.warm import warm
 
+    from trtwarm.events import EventRecorder
+
     settings = Settings.from_namespace(ns, environ)
     ns.settings = settings
-    report = warm(settings)
+    events = EventRecorder(settings.identity, environ)
+    try:
+        report = warm(settings, events)
+    except BuildError as exc:
+        events.emit("EngineBuildFailed", exc.message, "Warning")
+        raise
+    finally:
+        events.close()
     log.info("%s %s in %.3f s: %s", report.result, report.name, report.seconds["total"], report.path)
     summary = report.summary()
     handoff.termination_message(settings.termination_log, summary)
@@ -150,11 +163,13 @@ def _report_failure(ns: argparse.Namespace | None, exc: TrtwarmError) -> None:
     doc = {"result": "error", "exit_code": exit_code_for(exc), "error": exc.message, "hint": hint}
     if isinstance(exc, BuildError) and exc.log_tail:
         doc["log_tail"] = exc.log_tail
+    from trtwarm import handoff
+
     settings = getattr(ns, "settings", None)
     if settings is not None:
-        from trtwarm import handoff
-
         handoff.termination_message(settings.termination_log, doc)
+    if getattr(ns, "handoff_dir", None):
+        handoff.write_failure(Path(ns.handoff_dir).absolute(), {k: v for k, v in doc.items() if k != "log_tail"})
     print(json.dumps({k: v for k, v in doc.items() if k != "log_tail"}, separators=(",", ":")), flush=True)
 
 

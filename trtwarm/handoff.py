@@ -57,6 +57,15 @@ def write(handoff_dir: Path, report: WarmReport) -> None:
     atomic_write_json(handoff_dir / REPORT, doc)
 
 
+def write_failure(handoff_dir: Path, doc: dict[str, Any]) -> None:
+    """Record a failed init in ``engine.json`` (``ready: false``), so the sidecar reports the error; best effort."""
+    try:
+        handoff_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(handoff_dir / REPORT, {**doc, "ready": False, "trtwarm_version": __version__})
+    except OSError as exc:
+        log.debug("cannot record the failure in %s: %s", handoff_dir, exc)
+
+
 def read(handoff_dir: Path) -> dict[str, Any] | None:
     """Read ``engine.json``; None when missing, partial or garbage (the sidecar then reports not ready)."""
     try:
@@ -98,4 +107,4 @@ def termination_message(path: Path, doc: dict[str, Any]) -> None:
         log.debug("cannot write termination message: %s", exc)
 
 
-__all__ = ["LINK", "REPORT", "WarmReport", "clear", "read", "termination_message", "write"]
+__all__ = ["LINK", "REPORT", "WarmReport", "clear", "read", "termination_message", "write", "write_failure"]

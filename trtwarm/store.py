@@ -122,8 +122,10 @@ def check_engine_stat(entry: Entry, st: os.stat_result | None) -> None:
 class EngineStore:
     """Lookup, quarantine and publish on one cache volume."""
 
-    def __init__(self, layout: Layout) -> None:
+    def __init__(self, layout: Layout, on_quarantine: Callable[[str, str], None] | None = None) -> None:
+        """:param on_quarantine: called with ``(entry name, reason)`` after an entry was quarantined"""
         self.layout = layout
+        self.on_quarantine = on_quarantine
 
     def find(self, key: str, name: str | None = None) -> Path | None:
         """Return the directory holding *key* (tried by *name* first, then by the ``--<key16>`` suffix)."""
@@ -171,6 +173,8 @@ class EngineStore:
                 raise
             log.warning("cannot quarantine %s on a read-only volume; ignoring it", path.name)
             return None
+        if self.on_quarantine is not None:
+            self.on_quarantine(path.name, reason)
         return target
 
     @contextlib.contextmanager

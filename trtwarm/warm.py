@@ -28,6 +28,7 @@ from trtwarm import __version__, handoff, leases
 from trtwarm.builders import Builder, get_builder
 from trtwarm.config import Settings
 from trtwarm.errors import BuildError, EntryInvalid, LockTimeoutError, VolumeError
+from trtwarm.events import EventRecorder
 from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS, sha256_file
 from trtwarm.handoff import WarmReport
 from trtwarm.key import entry_name, key_document, key_of, model_fields
@@ -52,11 +53,21 @@ class Plan:
     key: str
     name: str
     seconds: dict[str, float] = field(default_factory=dict)
+    events: EventRecorder | None = None
 
     @property
     def store(self) -> EngineStore:
-        """The store of this plan's volume."""
-        return EngineStore(self.layout)
+        """The store of this plan's volume (quarantines are reported as Kubernetes Events)."""
+        return EngineStore(self.layout, self._quarantined)
+
+    def _quarantined(self, name: str, reason: str) -> None:
+        self.emit("EngineQuarantined", f"engine {name} failed verification ({reason}); quarantined, rebuilding",
+                  "Warning")
+
+    def emit(self, reason: str, message: str, kind: str = "Normal") -> None:
+        """Record a Kubernetes Event on this Pod, when events are enabled."""
+        if self.events is not None:
+            self.events.emit(reason, message, kind)
 
     @property
     def label(self) -> str:
@@ -163,8 +174,13 @@ def build_and_publish(plan: Plan) -> Entry:
 
 
 def _on_wait(plan: Plan) -> Callable[[float, dict[str, Any] | None], None]:
+    said = []
+
     def report(elapsed: float, owner: dict[str, Any] | None) -> None:
         log.info("waiting for %s: being built by %s (%.0f s waited)", plan.label, describe_owner(owner), elapsed)
+        if not said:
+            said.append(True)
+            plan.emit("WaitingForEngineBuild", f"waiting for {plan.name}: being built by {describe_owner(owner)}")
 
     return report
 
@@ -225,7 +241,7 @@ def _obtain(plan: Plan) -> tuple[Entry, str]:
                       hint="a cleanup that ignores trtwarm's leases is running on this volume; stop it")
 
 
-def warm(settings: Settings) -> WarmReport:
+def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
     """Run ``trtwarm init``: return the report after writing the hand-off. :raises TrtwarmError: see errors."""
     start = time.monotonic()
     handoff.clear(settings.handoff_dir)
@@ -233,12 +249,17 @@ def warm(settings: Settings) -> WarmReport:
         with contextlib.suppress(VolumeError):  # surfaces again, with its reason, if a build turns out to be needed
             Layout(settings.cache_dir).ensure()  # so the first start already memoises the model's digests
     plan = resolve(settings)
+    plan.events = events
     log.info("key %s for %s", plan.key[:16], plan.name)
     if plan.layout.leases.is_dir():  # before the lookup: a gc that planned without seeing it undoes its removal
         leases.take(plan.layout, plan.key, plan.name, settings.identity)
     entry, result = _obtain(plan)
     plan.store.touch_use(plan.key)
     plan.seconds["total"] = time.monotonic() - start
+    if result == "built":
+        plan.emit("EngineBuilt", f"built {plan.name} in {plan.seconds.get('build', 0.0):.1f} s")
+    elif result == "hit":
+        plan.emit("EngineCacheHit", f"verified cached engine {plan.name} in {plan.seconds['total']:.2f} s")
     report = WarmReport(key=plan.key, name=plan.name, path=str(entry.engine), result=result,
                         seconds={k: plan.seconds.get(k, 0.0) for k in ("key", "wait", "build", "verify", "total")},
                         device=plan.doc["device"], builder=plan.doc["builder"], model_sha256=plan.facts.onnx.sha256,

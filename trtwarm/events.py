@@ -1,0 +1,95 @@
+"""Kubernetes Events on the init's own Pod (``kubectl describe pod`` shows them). Optional: ``trtwarm[kubernetes]``.
+
+Enabled when ``POD_NAME`` and ``POD_NAMESPACE`` are set (the downward API), the ``kubernetes`` package is
+installed and a configuration is found (in-cluster service account, else ``KUBECONFIG``). Events are sent from a
+background thread so they never slow the init; :meth:`EventRecorder.close` waits for the queue at most
+``timeout`` seconds. Any failure (no RBAC, unreachable API server) is logged once and disables further events: it
+never fails the init.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.util
+import logging
+import queue
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from trtwarm.config import Identity
+
+log = logging.getLogger("trtwarm.events")
+REQUEST_TIMEOUT = 2.0
+REASONS = ("EngineCacheHit", "WaitingForEngineBuild", "EngineBuilt", "EngineQuarantined", "EngineBuildFailed")
+
+
+def event_body(identity: Identity, reason: str, message: str, kind: str, uid: str | None) -> dict[str, Any]:
+    """A ``core/v1`` Event about the Pod *identity* names."""
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{identity.pod}.{time.time_ns():x}", "namespace": identity.namespace},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": identity.pod,
+                               "namespace": identity.namespace, **({"uid": uid} if uid else {})},
+            "reason": reason, "message": message[:1024], "type": kind, "count": 1,
+            "firstTimestamp": now, "lastTimestamp": now, "source": {"component": "trtwarm", "host": identity.node},
+            "reportingComponent": "trtwarm", "reportingInstance": identity.node or identity.hostname}
+
+
+class EventRecorder:
+    """Queue Events for the Pod; a no-op when disabled."""
+
+    def __init__(self, identity: Identity, environ: Mapping[str, str]) -> None:
+        self.identity, self.uid = identity, environ.get("POD_UID") or None
+        self._environ = dict(environ)
+        self.enabled = bool(identity.pod and identity.namespace and importlib.util.find_spec("kubernetes"))
+        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+
+    def emit(self, reason: str, message: str, kind: str = "Normal") -> None:
+        """Queue one Event (``kind``: ``Normal`` or ``Warning``)."""
+        if not self.enabled:
+            return
+        self._queue.put(event_body(self.identity, reason, message, kind, self.uid))
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._send_all, name="trtwarm-events", daemon=True)
+            self._thread.start()
+
+    def close(self, timeout: float = REQUEST_TIMEOUT) -> None:
+        """Wait up to *timeout* seconds for queued Events to be sent; the rest are dropped."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout)
+
+    def _api(self) -> Any:
+        from kubernetes import client, config
+
+        if self._environ.get("KUBERNETES_SERVICE_HOST"):
+            config.load_incluster_config()
+        else:
+            config.load_kube_config(config_file=self._environ.get("KUBECONFIG"))
+        return client.CoreV1Api()
+
+    def _send_all(self) -> None:
+        from kubernetes.client.exceptions import ApiException
+        from kubernetes.config.config_exception import ConfigException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            api = self._api()
+            while (body := self._queue.get()) is not None:
+                api.create_namespaced_event(self.identity.namespace, body, _request_timeout=REQUEST_TIMEOUT)
+        except (ApiException, ConfigException, HTTPError, OSError, ValueError) as exc:
+            self.enabled = False
+            log.warning("cannot record Kubernetes events (%s); continuing without them (grant `create` on "
+                        "`events` to the Pod's service account to see them in `kubectl describe pod`)",
+                        _short(exc))
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    return text[:200]
+
+
+__all__ = ["REASONS", "EventRecorder", "event_body"]

@@ -1,0 +1,185 @@
+"""Prometheus metrics of one Pod's init and of the cache volume, computed at scrape time.
+
+A custom collector on a private registry (no global registry, no multiprocess mode): every scrape reads the
+hand-off ``engine.json`` (tiny) and the latest volume snapshot, which :class:`VolumeWatcher` refreshes in the
+background, so a scrape never walks the volume and stays fast with 10,000 entries.
+
+Every labelled series exists from the first scrape at 0, so ``increase()`` sees the first init. Names carry
+base units; histograms hold one observation per Pod, so fleet quantiles come from summing buckets.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from trtwarm import handoff
+from trtwarm.gc import REASONS
+from trtwarm.layout import Layout
+
+log = logging.getLogger("trtwarm.metrics")
+RESULTS = ("hit", "built", "waited", "error")
+#: 10 ms to 1 h: a hit's verify is milliseconds, a TensorRT build with INT8 calibration can take most of an hour
+BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600)
+_HISTOGRAMS = (  # (metric, engine.json seconds field, results that observe it, help)
+    ("trtwarm_init_duration_seconds", "total", ("hit", "built", "waited"), "Time trtwarm init took, end to end."),
+    ("trtwarm_build_duration_seconds", "build", ("built",), "Time the engine build took (only the Pod that built)."),
+    ("trtwarm_lock_wait_seconds", "wait", ("built", "waited"), "Time spent waiting for the key's build lock."),
+    ("trtwarm_verify_duration_seconds", "verify", ("hit", "built", "waited"),
+     "Time spent verifying the engine (digest, and a load with --verify load)."),
+)
+
+
+def engine_ready(report: dict[str, Any] | None) -> tuple[bool, str]:
+    """Whether the hand-off says ready and the engine is still there with its recorded size; and why not."""
+    if report is None:
+        return False, "no engine.json yet (trtwarm init has not finished)"
+    if report.get("ready") is not True:
+        return False, f"trtwarm init failed: {report.get('error', 'unknown error')}"
+    try:
+        size = os.stat(str(report.get("path"))).st_size
+    except OSError as exc:
+        return False, f"engine {report.get('path')} is gone ({exc.strerror})"
+    if size != report.get("engine_bytes"):
+        return False, f"engine {report.get('path')} is {size} bytes, engine.json says {report.get('engine_bytes')}"
+    return True, f"ready: {report.get('name')}"
+
+
+class VolumeWatcher:
+    """Keeps a fresh summary of the cache volume (one :func:`trtwarm.inventory.scan` per *interval*)."""
+
+    def __init__(self, layout: Layout, interval: float = 30.0) -> None:
+        self.layout, self.interval = layout, interval
+        self.summary: dict[str, float] | None = None
+        self.errors = 0
+        self.evictions = dict.fromkeys(REASONS, 0)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="trtwarm-volume-scan", daemon=True)
+
+    def start(self) -> VolumeWatcher:
+        """Scan now and then every *interval* seconds, in the background."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the background scans."""
+        self._stop.set()
+
+    def refresh(self) -> None:
+        """Scan once; an unreadable volume counts an error and keeps the previous summary."""
+        from trtwarm.inventory import scan
+
+        try:
+            inv = scan(self.layout, manifests=False)
+        except OSError as exc:
+            self.errors += 1
+            log.warning("cannot scan the cache volume %s: %s", self.layout.root, exc)
+            return
+        uses = [e.last_used for e in inv.entries if e.last_used]
+        self.summary = {"entries": len(inv.entries), "bytes": sum(e.bytes for e in inv.entries),
+                        "quarantined": len(inv.quarantined), "building": len(inv.building),
+                        "oldest_use_age": inv.now - min(uses) if uses else 0.0}
+
+    def _run(self) -> None:
+        while True:
+            self.refresh()
+            if self._stop.wait(self.interval):
+                return
+
+
+class TrtwarmCollector(Collector):
+    """Scrape-time metrics for one Pod: its init outcome and engine, plus the volume's summary."""
+
+    def __init__(self, handoff_dir: Path, volume: VolumeWatcher | None) -> None:
+        self.handoff_dir, self.volume = handoff_dir, volume
+        self.scrape_errors = 0
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield every family; never raises (a failure counts in ``trtwarm_exporter_scrape_errors_total``)."""
+        try:
+            report = handoff.read(self.handoff_dir)
+            yield from self._init(report)
+            yield from self._engine(report)
+        except (OSError, ValueError, TypeError, AttributeError) as exc:  # a hand-off of the wrong shape
+            self.scrape_errors += 1
+            log.warning("collecting the init metrics failed: %s", exc)
+        if self.volume is not None:
+            yield from self._volume(self.volume)
+        errors = self.scrape_errors + (self.volume.errors if self.volume else 0)
+        yield CounterMetricFamily("trtwarm_exporter_scrape_errors", "Errors while collecting metrics (an "
+                                  "unreadable volume, a broken hand-off).", value=errors)
+
+    def _init(self, report: dict[str, Any] | None) -> Iterator[Metric]:
+        result = report.get("result") if report else None
+        total = CounterMetricFamily("trtwarm_init", "This Pod's trtwarm init outcome (0 or 1 per result).",
+                                    labels=["result"])
+        for name in RESULTS:
+            total.add_metric([name], 1.0 if result == name else 0.0)
+        yield total
+        seconds = report.get("seconds") if report and isinstance(report.get("seconds"), dict) else {}
+        for metric, field, results, text in _HISTOGRAMS:
+            value = seconds.get(field) if result in results else None
+            yield _one_observation(metric, text, value if isinstance(value, (int, float)) else None)
+
+    def _engine(self, report: dict[str, Any] | None) -> Iterator[Metric]:
+        ready, _why = engine_ready(report)
+        yield GaugeMetricFamily("trtwarm_engine_ready", "1 once the engine is verified and handed over.",
+                                value=1.0 if ready else 0.0)
+        yield GaugeMetricFamily("trtwarm_engine_size_bytes", "Size of this Pod's engine file.",
+                                value=float(report.get("engine_bytes") or 0) if ready and report else 0.0)
+        info = GaugeMetricFamily("trtwarm_engine_info", "The engine this Pod runs.",
+                                 labels=["key", "name", "builder", "builder_version", "device", "precision"])
+        if ready and report:
+            builder, device = report.get("builder") or {}, report.get("device") or {}
+            from trtwarm.device import short_name
+
+            info.add_metric([str(report.get("key", ""))[:16], str(report.get("name", "")), str(builder.get("name", "")),
+                             str(builder.get("version", "")), short_name(device), str(report.get("precision", ""))],
+                            1.0)
+        yield info
+
+    def _volume(self, volume: VolumeWatcher) -> Iterator[Metric]:
+        evictions = CounterMetricFamily("trtwarm_cache_evictions", "Entries removed by this sidecar's periodic gc.",
+                                        labels=["reason"])
+        for reason, count in volume.evictions.items():
+            evictions.add_metric([reason], float(count))
+        yield evictions
+        s = volume.summary
+        if s is None:  # the first scan has not finished
+            return
+        for name, field, text in (
+                ("trtwarm_cache_entries", "entries", "Published entries on the cache volume."),
+                ("trtwarm_cache_size_bytes", "bytes", "Bytes used by published entries."),
+                ("trtwarm_cache_quarantined_entries", "quarantined", "Entries quarantined after failing verification."),
+                ("trtwarm_cache_builds_in_progress", "building", "Builds running now, volume-wide."),
+                ("trtwarm_cache_oldest_use_age_seconds", "oldest_use_age", "Age of the least recently used entry.")):
+            yield GaugeMetricFamily(name, text, value=float(s[field]))
+
+
+def _one_observation(name: str, text: str, value: float | None) -> HistogramMetricFamily:
+    buckets = [(_le(b), 1.0 if value is not None and value <= b else 0.0) for b in BUCKETS]
+    buckets.append(("+Inf", 1.0 if value is not None else 0.0))
+    return HistogramMetricFamily(name, text, buckets=buckets, sum_value=float(value or 0.0))
+
+
+def _le(bound: float) -> str:
+    return repr(float(bound))
+
+
+def registry(handoff_dir: Path, volume: VolumeWatcher | None) -> tuple[CollectorRegistry, TrtwarmCollector]:
+    """A private registry holding only trtwarm's collector."""
+    reg = CollectorRegistry(auto_describe=False)
+    collector = TrtwarmCollector(handoff_dir, volume)
+    reg.register(collector)
+    return reg, collector
+
+
+__all__ = ["BUCKETS", "RESULTS", "TrtwarmCollector", "VolumeWatcher", "engine_ready", "registry"]
+
