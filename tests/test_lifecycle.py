@@ -128,7 +128,7 @@ def test_gc_never_touches_a_build_in_progress(model: Path, cache: Path, tmp_path
 
 def test_concurrent_hits_during_gc_never_hand_over_a_removed_engine(model: Path, cache: Path, tmp_path: Path) -> None:
     first = build(model, cache, tmp_path, "race")
-    for i in range(12):
+    for i in range(20):
         age_leases(cache)
         set_last_use(cache, first["key"], 90)
         handoff = tmp_path / f"race-{i}"

@@ -6,7 +6,7 @@ whatever the budget says.
 
 Removal is safe against concurrent readers: the entry is first renamed out of ``entries/`` into ``.trash/`` in one
 step, so an init looking it up sees either the complete entry or a clean miss (and rebuilds). ``trtwarm init``
-takes its lease *before* it looks an entry up; if a lease appeared on the key after the plan was made, the
+takes its lease *before* it looks an entry up; if the key has a fresh lease once the entry is moved, the
 rename is undone. Only then is the directory deleted.
 """
 
@@ -157,8 +157,12 @@ def plan_remove(inv: Inventory, selectors: Iterable[str], force: bool = False) -
     return Plan(actions, protected, 0, inv.now), unmatched
 
 
-def remove(layout: Layout, action: Action, since: float) -> bool:
-    """Execute one action: rename out of the way, undo if a lease appeared after *since*, then delete.
+def remove(layout: Layout, action: Action, respect_leases: bool = True) -> bool:
+    """Execute one action: rename out of the way, undo it if the key has a fresh lease now, then delete.
+
+    The plan only holds entries without a fresh lease, so a fresh lease now means a Pod started using the entry
+    after the scan (``trtwarm init`` leases before it looks up). No timestamps are compared: a file's mtime comes
+    from the kernel's coarse clock and can predate a ``time.time()`` taken just before it was written.
 
     :return: whether it was removed (False: already gone, or a Pod started using it meanwhile)
     """
@@ -169,7 +173,8 @@ def remove(layout: Layout, action: Action, since: float) -> bool:
         os.rename(action.path, target)
     except FileNotFoundError:
         return False
-    if action.key and action.reason != "manual" and leaselib.fresh_since(layout, action.key, since):
+    if action.key and respect_leases and any(lease.fresh(time.time()) for lease in leaselib.scan_key(layout,
+                                                                                                    action.key)):
         try:
             os.rename(target, action.path)
             log.info("kept %s: a Pod started using it while gc ran", action.name)
@@ -183,9 +188,9 @@ def remove(layout: Layout, action: Action, since: float) -> bool:
     return True
 
 
-def execute(layout: Layout, gc_plan: Plan) -> list[Action]:
-    """Carry out *gc_plan*; return the actions that removed something."""
-    done = [a for a in gc_plan.actions if remove(layout, a, gc_plan.made_at)]
+def execute(layout: Layout, gc_plan: Plan, respect_leases: bool = True) -> list[Action]:
+    """Carry out *gc_plan*; return the actions that removed something (``rm --force`` ignores leases)."""
+    done = [a for a in gc_plan.actions if remove(layout, a, respect_leases)]
     shutil.rmtree(layout.root / ".trash", ignore_errors=True)  # leftovers of an interrupted earlier pass
     _prune_leases(layout, gc_plan.made_at)
     return done

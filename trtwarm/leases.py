@@ -104,12 +104,6 @@ def scan(layout: Layout) -> dict[str, list[Lease]]:
     return found
 
 
-def fresh_since(layout: Layout, key: str, since: float, now: float | None = None) -> bool:
-    """Whether *key* has a fresh lease refreshed at or after *since* (a Pod started using it meanwhile)."""
-    now = time.time() if now is None else now
-    return any(lease.fresh(now) and lease.heartbeat >= since for lease in scan_key(layout, key))
-
-
 def scan_key(layout: Layout, key: str) -> list[Lease]:
     """The leases on one key."""
     try:

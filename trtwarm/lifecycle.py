@@ -149,7 +149,7 @@ def _carry_out(ns: argparse.Namespace, inv: Inventory, plan: gclib.Plan, what: s
     done: list[gclib.Action] = []
     if go:
         with gclib.VolumeGcLock(inv.layout, getattr(ns, "lock_mode", "auto")):
-            done = gclib.execute(inv.layout, plan)
+            done = gclib.execute(inv.layout, plan, respect_leases=not getattr(ns, "force", False))
     if ns.json:
         _print_json({"plan": [a.as_json() for a in plan.actions], "deferred": plan.deferred,
                      "kept": [{"name": i.name, "why": w} for i, w in plan.protected], "executed": go,
