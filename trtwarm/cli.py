@@ -93,6 +93,8 @@ def _init_only_flags(init: argparse.ArgumentParser) -> None:
     init.add_argument("--progress-interval", default="10s", help="seconds between progress lines (%(default)s)")
     init.add_argument("--read-only", action="store_true", help="never build; wait for another builder's entry")
     init.add_argument("--verify", default="digest", choices=["digest", "load"], help="check on a hit (%(default)s)")
+    init.add_argument("--triton-repo", help="also lay out a Triton model repository here")
+    init.add_argument("--triton-model", help="the model's name in --triton-repo")
 
 
 def _apply_env(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:

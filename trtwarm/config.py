@@ -148,6 +148,8 @@ class Settings:
     read_only: bool = False
     verify: str = "digest"
     log_format: str = "text"
+    triton_repo: Path | None = None
+    triton_model: str | None = None
     termination_log: Path = Path("/dev/termination-log")
     identity: Identity = field(default_factory=lambda: Identity(None, None, None, os.uname().nodename))
     environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
@@ -161,6 +163,11 @@ class Settings:
         names = [s.name for s in shapes]
         if len(set(names)) != len(names):
             raise ConfigError(f"--shape given twice for the same input: {sorted(names)}")
+        triton_repo, triton_model = getattr(ns, "triton_repo", None), getattr(ns, "triton_model", None)
+        if bool(triton_repo) != bool(triton_model) or (triton_model and not re.fullmatch(r"[A-Za-z0-9_.-]+",
+                                                                                         triton_model)):
+            raise ConfigError("--triton-repo and --triton-model go together; the model name is a directory name",
+                              hint="e.g. --triton-repo /trtwarm/triton --triton-model resnet50")
         if ns.opt_level is not None and not 0 <= ns.opt_level <= 5:
             raise ConfigError(f"--opt-level {ns.opt_level} is out of range", hint="use 0 to 5 (TensorRT's default is 3)")
         return cls(
@@ -174,6 +181,7 @@ class Settings:
             key_extra=tuple(sorted(parse_key_extra(p) for p in ns.key_extra)), build_command=ns.build_command,
             builder_version=ns.builder_version, ort_provider=ns.ort_provider, device=ns.device,
             read_only=ns.read_only, verify=ns.verify, log_format=ns.log_format,
+            triton_repo=Path(triton_repo).absolute() if triton_repo else None, triton_model=triton_model,
             termination_log=Path(environ.get("TRTWARM_TERMINATION_LOG", "/dev/termination-log")),
             identity=Identity.from_env(environ), environ=dict(environ),
         )

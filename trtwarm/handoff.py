@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm import __version__
-from trtwarm.fsutil import TooLarge, atomic_symlink, atomic_write_json, read_bounded
+from trtwarm.fsutil import TooLarge, atomic_symlink, atomic_write, atomic_write_json, read_bounded
 
 log = logging.getLogger("trtwarm.handoff")
 REPORT = "engine.json"
@@ -55,6 +55,26 @@ def write(handoff_dir: Path, report: WarmReport) -> None:
     doc = asdict(report)
     doc["ready"] = True
     atomic_write_json(handoff_dir / REPORT, doc)
+
+
+#: Triton backend platform and model file name per trtwarm builder (``command`` builds are assumed to be plans)
+TRITON_PLATFORMS = {"tensorrt": ("tensorrt_plan", "model.plan"), "command": ("tensorrt_plan", "model.plan"),
+                    "onnxruntime": ("onnxruntime_onnx", "model.onnx")}
+
+
+def triton_repo(repo: Path, model: str, engine: Path, builder: str) -> Path:
+    """Lay out a Triton model repository for *engine*: ``<repo>/<model>/1/<file>`` (a link) and ``config.pbtxt``.
+
+    The config names the platform and file only; Triton completes inputs, outputs and batching from the model
+    (its default auto-complete). Both files are replaced atomically. :return: the model directory
+    """
+    platform, filename = TRITON_PLATFORMS.get(builder, TRITON_PLATFORMS["tensorrt"])
+    version = repo / model / "1"
+    version.mkdir(parents=True, exist_ok=True)
+    atomic_symlink(engine, version / filename)
+    config = f'name: "{model}"\nplatform: "{platform}"\ndefault_model_filename: "{filename}"\n'
+    atomic_write(repo / model / "config.pbtxt", config.encode())
+    return repo / model
 
 
 def write_failure(handoff_dir: Path, doc: dict[str, Any]) -> None:
@@ -107,4 +127,5 @@ def termination_message(path: Path, doc: dict[str, Any]) -> None:
         log.debug("cannot write termination message: %s", exc)
 
 
-__all__ = ["LINK", "REPORT", "WarmReport", "clear", "read", "termination_message", "write", "write_failure"]
+__all__ = ["LINK", "REPORT", "WarmReport", "clear", "read", "termination_message", "triton_repo", "write",
+           "write_failure"]

@@ -151,6 +151,7 @@ class Sidecar:
         self.server.shutdown()
         self.server.server_close()
         self.volume.stop()
+        threads[0].join(timeout=0.5)  # a refresh in flight must not re-create the lease after it is released
         leaselib.release(self.lease)
         log.info("sidecar stopped; lease released")
 

@@ -267,6 +267,8 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
                         engine_bytes=int(entry.manifest["engine_bytes"]), lock_mode=settings.lock_mode)
     try:
         handoff.write(settings.handoff_dir, report)
+        if settings.triton_repo and settings.triton_model:
+            handoff.triton_repo(settings.triton_repo, settings.triton_model, entry.engine, plan.builder.name)
     except OSError as exc:
         raise VolumeError(f"cannot write the hand-off to {settings.handoff_dir}: {exc.strerror}",
                           hint="mount a writable emptyDir at --handoff-dir, shared with the inference container") from exc

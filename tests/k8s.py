@@ -1,0 +1,140 @@
+"""Helpers for the chart and manifest tests: render with the real Helm engine, validate, and read Pod specs."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "helm" / "trtwarm"
+#: Kubernetes minor versions whose schemas kubernetes-validate ships (1.25 ... 1.37)
+SCHEMA_MINORS = range(25, 38)
+CRD_REQUIRED = {  # prometheus-operator CRDs: not in the OpenAPI bundle; their required fields are checked here
+    "PodMonitor": ("spec.selector", "spec.podMetricsEndpoints"),
+    "ServiceMonitor": ("spec.selector", "spec.endpoints"),
+    "PrometheusRule": ("spec.groups",),
+}
+
+
+def render(values: dict[str, Any] | None = None, chart: Path = CHART, name: str = "rel",
+           namespace: str = "ml") -> dict[str, str]:
+    """Render *chart* with *values*: the ``helm`` CLI when it is on PATH, else Helm's Go SDK (helm-python-sdk)."""
+    if shutil.which("helm"):
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as values_file:
+            values_file.write(yaml.safe_dump(values or {}))
+            values_file.flush()
+            out = subprocess.run(["helm", "template", name, str(chart), "-n", namespace, "-f", values_file.name],
+                                 capture_output=True, text=True, check=True).stdout
+        return {f"doc{i}": doc for i, doc in enumerate(out.split("\n---\n"))}
+    import helm_python as helm
+
+    return helm.Chart.load(str(chart)).render(values or {}, name=name, namespace=namespace)
+
+
+def objects(rendered: dict[str, str]) -> list[dict[str, Any]]:
+    """The Kubernetes objects in rendered templates (NOTES.txt and empty documents dropped)."""
+    out = []
+    for path, text in rendered.items():
+        if path.endswith("NOTES.txt"):
+            continue
+        out += [doc for doc in yaml.safe_load_all(text) if isinstance(doc, dict) and doc.get("kind")]
+    return out
+
+
+def manifests(path: Path) -> list[dict[str, Any]]:
+    """The objects of a YAML file."""
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if isinstance(doc, dict) and doc.get("kind")]
+
+
+def validate(objs: list[dict[str, Any]], minors: range | list[int] = SCHEMA_MINORS) -> list[str]:
+    """Validate against the Kubernetes OpenAPI schema of each minor version (strict: no unknown fields)."""
+    import kubernetes_validate
+
+    errors = []
+    for obj in objs:
+        if obj["kind"] in CRD_REQUIRED:
+            errors += [f"{obj['kind']}: missing {field}" for field in CRD_REQUIRED[obj["kind"]]
+                       if _dig(obj, field) is None]
+            continue
+        for minor in minors:
+            try:
+                kubernetes_validate.validate(obj, f"1.{minor}.0", strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                errors.append(f"1.{minor} {obj['kind']}/{obj['metadata']['name']}: {str(exc).splitlines()[0]}")
+    return errors
+
+
+def _dig(obj: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        obj = obj.get(part) if isinstance(obj, dict) else None
+    return obj
+
+
+def workload(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The Deployment or StatefulSet."""
+    [found] = [o for o in objs if o["kind"] in ("Deployment", "StatefulSet")]
+    return found
+
+
+def pod_spec(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The workload's Pod spec."""
+    return workload(objs)["spec"]["template"]["spec"]
+
+
+def container(spec: dict[str, Any], name: str) -> dict[str, Any]:
+    """A container or init container by name."""
+    [found] = [c for c in spec.get("initContainers", []) + spec["containers"] if c["name"] == name]
+    return found
+
+
+def mounts(c: dict[str, Any]) -> dict[str, str]:
+    """volume name -> mountPath."""
+    return {m["name"]: m["mountPath"] for m in c.get("volumeMounts", [])}
+
+
+def flag(c: dict[str, Any], name: str) -> str | None:
+    """The value of ``--name=value`` in a container's args."""
+    for arg in c.get("args", []):
+        match = re.fullmatch(rf"--{re.escape(name)}=(.*)", str(arg))
+        if match:
+            return match[1]
+    return None
+
+
+def gpu(c: dict[str, Any]) -> dict[str, str]:
+    """The nvidia.com/* limits of a container."""
+    limits = (c.get("resources") or {}).get("limits") or {}
+    return {k: str(v) for k, v in limits.items() if k.startswith("nvidia.com/")}
+
+
+def assert_wired(spec: dict[str, Any], main: str, init: str = "trtwarm-init", exporter: str | None = "trtwarm-exporter",
+                 native: bool = True) -> None:
+    """What every trtwarm Pod needs, wherever its manifest came from."""
+    inits = [c["name"] for c in spec.get("initContainers", [])]
+    assert init in inits and main in [c["name"] for c in spec["containers"]]
+    i, m = container(spec, init), container(spec, main)
+    assert gpu(i) and gpu(i) == gpu(m), f"init GPUs {gpu(i)} != main GPUs {gpu(m)}"
+    cache_dir, handoff_dir = flag(i, "cache-dir"), flag(i, "handoff-dir")
+    cache_vol = next(n for n, p in mounts(i).items() if p == cache_dir)
+    handoff_vol = next(n for n, p in mounts(i).items() if p == handoff_dir)
+    assert mounts(m).get(cache_vol) == cache_dir and mounts(m).get(handoff_vol) == handoff_dir
+    env = {e["name"]: e.get("value") for e in m.get("env", [])}
+    assert env["TRTWARM_ENGINE"] == f"{handoff_dir}/engine"
+    if exporter is None:
+        return
+    e = container(spec, exporter)
+    assert e["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    port = e["readinessProbe"]["httpGet"]["port"]
+    assert port in [p["name"] for p in e["ports"]] or port in [p["containerPort"] for p in e["ports"]]
+    assert mounts(e)[cache_vol] == cache_dir and mounts(e)[handoff_vol] == handoff_dir
+    if native:
+        assert inits[0] == exporter and e["restartPolicy"] == "Always"
+        assert inits.index(exporter) < inits.index(init)
+    else:
+        assert exporter in [c["name"] for c in spec["containers"]] and "restartPolicy" not in e

@@ -1,0 +1,155 @@
+"""deploy/ manifests, the Dockerfile and the images' entrypoints: validated, built with kustomize, wired like the
+chart; PromQL checked by promtool (from the Debian prometheus package)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import env_for
+from k8s import ROOT, CHART, assert_wired, manifests, objects, pod_spec, render, validate
+
+DEPLOY = ROOT / "deploy"
+NATIVE = range(29, 38)  # native sidecars
+KUSTOMIZE = shutil.which("kustomize") or shutil.which("kubectl")
+needs_kustomize = pytest.mark.skipif(KUSTOMIZE is None, reason="neither kustomize nor kubectl is on PATH")
+needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None,
+                                    reason="promtool is not installed (bash .ci/run installs the prometheus package)")
+
+
+def kustomize(path: Path) -> list[dict]:
+    argv = [KUSTOMIZE, "build", str(path)] if KUSTOMIZE.endswith("kustomize") else [KUSTOMIZE, "kustomize", str(path)]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+@pytest.mark.parametrize("path", ["kustomize/base/deployment.yaml", "triton/deployment.yaml", "prebuild-job.yaml",
+                                  "kustomize/overlays/rwx-pvc/pvc.yaml"])
+def test_plain_manifests_validate(path: str) -> None:
+    assert validate(manifests(DEPLOY / path), NATIVE) == []
+
+
+@pytest.mark.parametrize("path", ["monitoring/podmonitor.yaml", "monitoring/prometheusrule.yaml"])
+def test_monitoring_objects_have_their_required_fields(path: str) -> None:
+    assert validate(manifests(DEPLOY / path)) == []
+
+
+def test_base_and_triton_are_wired_like_the_chart() -> None:
+    assert_wired(pod_spec(manifests(DEPLOY / "kustomize/base/deployment.yaml")), "inference")
+    triton = pod_spec(manifests(DEPLOY / "triton/deployment.yaml"))
+    assert_wired(triton, "triton")
+    args = next(c for c in triton["containers"] if c["name"] == "triton")["args"]
+    assert "--model-repository=/trtwarm/triton" in args
+
+
+@needs_kustomize
+@pytest.mark.parametrize("overlay,volume", [("rwx-pvc", "persistentVolumeClaim"), ("hostpath", "hostPath")])
+def test_overlays_build_validate_and_pick_the_cache_volume(overlay: str, volume: str) -> None:
+    objs = kustomize(DEPLOY / "kustomize" / "overlays" / overlay)
+    assert validate(objs, NATIVE) == []
+    spec = pod_spec(objs)
+    assert_wired(spec, "inference")
+    cache = next(v for v in spec["volumes"] if v["name"] == "trtwarm-cache")
+    assert set(cache) == {"name", volume}
+    if overlay == "rwx-pvc":
+        assert next(o for o in objs if o["kind"] == "PersistentVolumeClaim")["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
+@needs_kustomize
+def test_the_post_renderer_puts_trtwarm_in_front_of_a_third_party_deployment() -> None:
+    third_party = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+                   "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {
+                       "metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{
+                           "name": "server", "image": "example/server:1",
+                           "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+               "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}}
+    env = env_for({"TRTWARM_CONTAINER": "server", "TRTWARM_MODEL": "/models/src/m.onnx",
+                   "TRTWARM_ARGS": "--builder=tensorrt --verify=load"})
+    proc = subprocess.run([str(DEPLOY / "post-renderer" / "kustomize.sh")], input=yaml.safe_dump_all(
+        [third_party, service]), capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr
+    objs = [d for d in yaml.safe_load_all(proc.stdout) if d]
+    assert validate(objs, NATIVE) == []
+    spec = pod_spec(objs)
+    assert_wired(spec, "server")
+    init = next(c for c in spec["initContainers"] if c["name"] == "trtwarm-init")
+    assert "--verify=load" in init["args"] and "--model=/models/src/m.onnx" in init["args"]
+    assert next(o for o in objs if o["kind"] == "Service")["spec"]["ports"] == [{"port": 80}]  # untouched
+
+
+def _rule_files(tmp_path: Path) -> list[Path]:
+    """Rule groups of deploy/monitoring and of the chart's PrometheusRule, as plain Prometheus rule files."""
+    out = []
+    chart_rule = next(o for o in objects(render({"metrics": {"enabled": True, "rules": {
+        "enabled": True, "budgetBytes": 1 << 40}}})) if o["kind"] == "PrometheusRule")
+    for i, rule in enumerate([*manifests(DEPLOY / "monitoring/prometheusrule.yaml"), chart_rule]):
+        path = tmp_path / f"rules-{i}.yml"
+        path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+        out.append(path)
+    return out
+
+
+@needs_promtool
+def test_alert_rules_and_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
+    dashboard = json.loads((DEPLOY / "grafana/trtwarm-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    assert len(exprs) >= 10 and all("trtwarm_" in e for e in exprs)
+    grafana_vars = {"$namespace": ".*", "$__rate_interval": "5m"}
+    rules = [{"record": f"dashboard:panel{i}", "expr": re.sub(r"\$\w+", lambda m: grafana_vars[m[0]], e)}
+             for i, e in enumerate(exprs)]
+    dash = tmp_path / "dashboard-rules.yml"
+    dash.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    proc = subprocess.run(["promtool", "check", "rules", str(dash), *map(str, _rule_files(tmp_path))],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_dockerfile_pins_the_tensorrt_of_the_extra() -> None:
+    package, version = re.search(r'^tensorrt = \["([\w-]+)==([\w.]+)"\]$', (ROOT / "pyproject.toml").read_text(),
+                                 re.M).groups()
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert f"ARG TENSORRT_PACKAGE={package}" in dockerfile
+    assert f"ARG TENSORRT_VERSION={version}" in dockerfile
+    assert re.search(r"FROM \S+ AS init", dockerfile) and re.search(r"FROM \S+ AS sidecar", dockerfile)
+    assert "USER 1000:1000" in dockerfile and "cmd/trtwarm-init cmd/trtwarm-sidecar" in dockerfile
+    for path in (ROOT / "cmd").iterdir():
+        assert os.access(path, os.X_OK) and "from trtwarm.cli import main" in path.read_text()
+    assert not (ROOT / "cmd" / "__init__.py").exists()
+
+
+BLOCK_HEAVY = """
+import sys
+class _Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in ('onnx', 'onnxruntime', 'numpy', 'tensorrt', 'pynvml'):
+            raise ImportError('not in the sidecar image: ' + name)
+sys.meta_path.insert(0, _Block())
+"""
+
+
+@pytest.mark.parametrize("args", [["sidecar", "--help"], ["ls"], ["stats", "--json"], ["verify"],
+                                  ["gc", "--max-age", "1d", "--dry-run"]])
+def test_the_sidecar_image_commands_need_no_onnx_numpy_or_tensorrt(tmp_path: Path, args: list[str]) -> None:
+    (tmp_path / "block").mkdir()
+    (tmp_path / "block" / "sitecustomize.py").write_text(BLOCK_HEAVY)
+    env = env_for({"PYTHONPATH": f"{tmp_path / 'block'}{os.pathsep}{ROOT}"})
+    argv = [*args, "--cache-dir", str(tmp_path / "cache")] if args[0] != "sidecar" else args
+    proc = subprocess.run([sys.executable, "-m", "trtwarm", *argv], capture_output=True, text=True, env=env,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "not in the sidecar image" not in proc.stderr
+
+
+def test_chart_app_version_matches_the_package() -> None:
+    from trtwarm import __version__
+
+    assert yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"] == __version__

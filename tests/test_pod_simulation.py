@@ -1,0 +1,207 @@
+"""Pod simulation: the chart's rendered Pod spec, run as local processes in Pod order.
+
+Each volume becomes a directory (the cache one shared by the simulated Pods), each container's command, args and
+env are taken from the rendered spec with mount paths mapped onto those directories and the downward API filled
+in, and the native sidecar runs in the background like the kubelet runs it. This proves the chart's wiring (flags,
+paths, env, probes, the hand-off), not just its syntax.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import env_for
+from k8s import ROOT, container, objects, pod_spec, render
+from test_sidecar import free_port, get, wait_until
+from trtwarm.demo import make_model
+from trtwarm.store import check_entry
+
+pytest.importorskip("helm_python", reason="helm-python-sdk is not installed (pip install '.[test]')")
+pytestmark = pytest.mark.concurrency
+
+VALUES = {
+    "workload": {"container": {"name": "server", "resources": {"limits": {"nvidia.com/gpu": 1}}}},
+    "engine": {"builder": "onnxruntime", "model": {"path": "/models/src/mlp.onnx",
+                                                   "volume": {"persistentVolumeClaim": {"claimName": "models"}}},
+               "shapes": {"input": "1x16:8x16:32x16"}, "verify": "load", "triton": {"enabled": True, "model": "mlp"}},
+    "exporter": {"scanInterval": "1s"},
+    "gc": {"mode": "sidecar", "interval": "1h"},
+}
+ENTRYPOINTS = {"trtwarm-init": ROOT / "cmd" / "trtwarm-init", "trtwarm-sidecar": ROOT / "cmd" / "trtwarm-sidecar"}
+
+
+class SimulatedPod:
+    """One Pod of the rendered workload, its volumes as directories."""
+
+    def __init__(self, spec: dict[str, Any], name: str, root: Path, shared: dict[str, Path]) -> None:
+        self.spec, self.name = spec, name
+        self.volumes = {v["name"]: shared.get(v["name"]) or root / name / v["name"] for v in spec["volumes"]}
+        for path in self.volumes.values():
+            path.mkdir(parents=True, exist_ok=True)
+        self.sidecars: dict[str, tuple[subprocess.Popen[str], int]] = {}
+
+    def host_path(self, c: dict[str, Any], path: str) -> str:
+        """Map a path inside container *c* onto this machine through its volume mounts."""
+        for mount in sorted(c.get("volumeMounts", []), key=lambda m: -len(m["mountPath"])):
+            root = mount["mountPath"].rstrip("/")
+            if path == root or path.startswith(root + "/"):
+                return str(self.volumes[mount["name"]]) + path[len(root):]
+        return path
+
+    def _arg(self, c: dict[str, Any], arg: str, port: int | None) -> str:
+        flag, sep, value = arg.partition("=")
+        if flag == "--port" and port is not None:
+            return f"--port={port}"
+        return flag + sep + self.host_path(c, value) if sep and value.startswith("/") else arg
+
+    def env(self, c: dict[str, Any]) -> dict[str, str]:
+        fields = {"metadata.name": self.name, "metadata.namespace": "ml", "metadata.uid": f"uid-{self.name}",
+                  "spec.nodeName": "gpu-node-1"}
+        out = {}
+        for item in c.get("env", []):
+            if "valueFrom" in item:
+                out[item["name"]] = fields[item["valueFrom"]["fieldRef"]["fieldPath"]]
+            else:
+                value = str(item["value"])
+                out[item["name"]] = self.host_path(c, value) if value.startswith("/") else value
+        return env_for(out)
+
+    def argv(self, c: dict[str, Any], port: int | None = None) -> list[str]:
+        command = c["command"]
+        assert command[0] in ENTRYPOINTS, f"{c['name']} runs {command[0]}, not a trtwarm entrypoint"
+        args = [self._arg(c, str(a), port) for a in c.get("args", [])]
+        return [sys.executable, str(ENTRYPOINTS[command[0]]), *args, *(["--bind=127.0.0.1"] if port else [])]
+
+    def start_sidecar(self, c: dict[str, Any]) -> None:
+        port = free_port()
+        proc = subprocess.Popen(self.argv(c, port), env=self.env(c), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        self.sidecars[c["name"]] = (proc, port)
+        wait_until(lambda: _up(port, proc), what=f"{self.name}/{c['name']} started")
+
+    def run_inits(self) -> list[subprocess.CompletedProcess[str]]:
+        """Init containers in order: native sidecars start and keep running, the others must succeed."""
+        done = []
+        for c in self.spec.get("initContainers", []):
+            if c.get("restartPolicy") == "Always":
+                self.start_sidecar(c)
+                continue
+            proc = subprocess.run(self.argv(c), env=self.env(c), capture_output=True, text=True, timeout=180,
+                                  check=False)
+            assert proc.returncode == 0, f"{self.name}/{c['name']} failed: {proc.stderr[-2000:]}"
+            done.append(proc)
+        return done
+
+    def probe(self, name: str) -> int:
+        """The rendered readiness probe of container *name*, against its simulated port."""
+        c = container(self.spec, name)
+        proc, port = self.sidecars[name]
+        assert proc.poll() is None
+        return get(f"http://127.0.0.1:{port}{c['readinessProbe']['httpGet']['path']}")[0]
+
+    def metrics(self, name: str = "trtwarm-exporter") -> str:
+        return get(f"http://127.0.0.1:{self.sidecars[name][1]}/metrics")[1]
+
+    def stop(self) -> list[int]:
+        codes = []
+        for proc, _port in self.sidecars.values():
+            proc.send_signal(signal.SIGTERM)
+            codes.append(proc.wait(timeout=10))
+            proc.communicate()
+        return codes
+
+
+def _up(port: int, proc: subprocess.Popen[str]) -> bool:
+    assert proc.poll() is None, proc.communicate()[1][-2000:]
+    try:
+        return get(f"http://127.0.0.1:{port}/healthz", timeout=1)[0] == 200
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+def run_server_container(pod: SimulatedPod) -> Path:
+    """What the inference container does: open $TRTWARM_ENGINE and run it."""
+    import numpy as np
+    import onnxruntime as ort
+
+    server = container(pod.spec, "server")
+    engine = Path(pod.env(server)["TRTWARM_ENGINE"])
+    target = engine.resolve()
+    check_entry(target.parent, None, digest=True)
+    out = ort.InferenceSession(str(engine)).run(None, {"input": np.ones((4, 16), "float32")})
+    assert out[0].shape == (4, 4)
+    return target
+
+
+def test_two_simulated_pods_build_once_turn_ready_and_serve_the_engine(tmp_path: Path) -> None:
+    spec = pod_spec(objects(render(VALUES)))
+    models = tmp_path / "volumes" / "models"
+    make_model(models / "mlp.onnx")
+    time.sleep(2.1)  # past the stat cache's racy window
+    shared = {"trtwarm-cache": tmp_path / "volumes" / "cache", "trtwarm-model": models}
+    pods = [SimulatedPod(spec, f"server-{i}", tmp_path / "pods", shared) for i in range(2)]
+    try:
+        for pod in pods:  # sidecars first, as the kubelet starts them
+            pod.start_sidecar(container(spec, "trtwarm-exporter"))
+            assert pod.probe("trtwarm-exporter") == 503  # not Ready before the engine
+        errors: list[BaseException] = []
+        threads = [threading.Thread(target=_catching(pod.run_inits, errors)) for pod in pods]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=240)
+        assert not errors, errors
+        results = [json.loads((pod.volumes["trtwarm-handoff"] / "engine.json").read_text())["result"]
+                   for pod in pods]
+        assert sorted(results)[0] == "built" and results.count("built") == 1, results
+        assert len(list((shared["trtwarm-cache"] / "entries").iterdir())) == 1
+        for pod, result in zip(pods, results):
+            wait_until(lambda p=pod: p.probe("trtwarm-exporter") == 200, what="readyz 200")
+            assert f'trtwarm_init_total{{result="{result}"}} 1.0' in pod.metrics()
+            engine = run_server_container(pod)
+            triton = pod.volumes["trtwarm-handoff"] / "triton" / "mlp"
+            assert 'platform: "onnxruntime_onnx"' in (triton / "config.pbtxt").read_text()
+            assert (triton / "1" / "model.onnx").resolve() == engine
+            lease = next((shared["trtwarm-cache"] / ".leases").rglob(f"ml.{pod.name}.json"))
+            sidecar_pid = pod.sidecars["trtwarm-exporter"][0].pid
+            wait_until(lambda f=lease, p=sidecar_pid: json.loads(f.read_text())["pid"] == p,
+                       what="the exporter holds the Pod's lease")
+    finally:
+        codes = [pod.stop() for pod in pods]
+    assert codes == [[0], [0]]
+    assert not list((shared["trtwarm-cache"] / ".leases").rglob("ml.server-*.json"))  # released on SIGTERM
+
+
+def _catching(fn, errors: list[BaseException]):  # noqa: ANN001, ANN202
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread's assertion
+            errors.append(exc)
+
+    return run
+
+
+def test_the_legacy_exporter_runs_beside_the_server_and_gates_readiness(tmp_path: Path) -> None:
+    spec = pod_spec(objects(render({**VALUES, "exporter": {"mode": "legacy", "scanInterval": "1s"}})))
+    models = tmp_path / "volumes" / "models"
+    make_model(models / "mlp.onnx")
+    pod = SimulatedPod(spec, "server-0", tmp_path / "pods", {"trtwarm-model": models})
+    try:
+        pod.run_inits()
+        pod.start_sidecar(container(spec, "trtwarm-exporter"))  # a regular container, started after the inits
+        assert pod.probe("trtwarm-exporter") == 200
+        run_server_container(pod)
+    finally:
+        assert pod.stop() == [0]
