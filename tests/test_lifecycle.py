@@ -222,3 +222,17 @@ def test_ls_and_stats_report_use_size_and_status(three: list[dict], model: Path,
     assert stats["entries"] == 4 and stats["in_use"] == 1 and stats["bytes"] == sum(r["bytes"] for r in rows)
     assert stats["by_builder"] == {"commandtest-1": {"entries": 4, "bytes": stats["bytes"]}}
     assert time.time() - stats["oldest_use_ts"] > 39 * DAY
+
+
+def test_staging_of_a_killed_builder_not_yet_reaped_is_stale(three: list[dict], cache: Path) -> None:
+    zombie = subprocess.Popen(["true"])  # exits at once; not waited for, so it stays a zombie meanwhile
+    time.sleep(0.3)
+    host = sanitize(os.uname().nodename, 32).replace(".", "-")
+    staging = cache / ".staging" / f"{three[0]['key']}.{host}.{zombie.pid}.dead"
+    staging.mkdir(parents=True)
+    try:
+        run = run_trtwarm("gc", "--cache-dir", str(cache), "--yes", "--json")
+        assert [a["reason"] for a in json.loads(run.stdout)["removed"]] == ["staging"]
+        assert not staging.exists()
+    finally:
+        zombie.wait()

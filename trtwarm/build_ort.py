@@ -71,6 +71,16 @@ class OrtBuilder(Builder):
             return cpu_fields()
         return gpu.key_fields(gpu.current(self.settings.environ))
 
+    def _providers(self) -> list[Any]:
+        """The provider list; the TensorRT EP gets its optimization profile from ``--shape``."""
+        provider = self._provider()
+        if provider != PROVIDERS["tensorrt"] or not self.settings.shapes:
+            return [provider]
+        dims = {kind: ",".join(f"{s.name}:{'x'.join(map(str, getattr(s, kind)))}" for s in self.settings.shapes)
+                for kind in ("min", "opt", "max")}
+        return [(provider, {"trt_profile_min_shapes": dims["min"], "trt_profile_opt_shapes": dims["opt"],
+                            "trt_profile_max_shapes": dims["max"]})]
+
     def _session(self, path: Path, options: Any) -> Any:
         import onnxruntime as ort
 
@@ -78,18 +88,33 @@ class OrtBuilder(Builder):
         if provider not in ort.get_available_providers():
             raise ConfigError(f"ONNX Runtime here has no {provider}",
                               hint=f"available: {', '.join(ort.get_available_providers())}; install onnxruntime-gpu")
-        return ort.InferenceSession(str(path), options, providers=[provider])
+        return ort.InferenceSession(str(path), options, providers=self._providers())
+
+    @property
+    def epcontext(self) -> bool:
+        """With the TensorRT EP the artifact is an EPContext model with the engine embedded."""
+        return self.settings.ort_provider == "tensorrt"
 
     def build(self, model: Path, facts: ModelFacts, staging: Path) -> Path:
-        """Optimise *model* into ``staging/model.ort.onnx`` (weights beside it when the model has external data)."""
+        """Optimise *model* into ``staging/model.ort.onnx`` (weights beside it when the model has external data).
+
+        With ``--ort-provider tensorrt`` the TensorRT EP compiles the model and ONNX Runtime dumps an EPContext model,
+        ``staging/model.ctx.onnx``, with the serialized engine embedded (``ep.context_embed_mode=1``): ORT users get
+        trtwarm's keyed, single-flight, verified cache instead of the EP's own engine cache.
+        """
         import onnxruntime as ort
 
-        output = staging / self.engine_filename
+        output = staging / ("model.ctx.onnx" if self.epcontext else self.engine_filename)
         options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.optimized_model_filepath = str(output)
         options.log_severity_level = 3  # its "hardware specific optimizations" warning is why the key has the ISA
-        if facts.external:
+        if self.epcontext:
+            for key, value in (("ep.context_enable", "1"), ("ep.context_file_path", str(output)),
+                               ("ep.context_embed_mode", "1")):
+                options.add_session_config_entry(key, value)
+        else:
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            options.optimized_model_filepath = str(output)
+        if facts.external and not self.epcontext:
             options.add_session_config_entry("session.optimized_model_external_initializers_file_name",
                                              "model.ort.data")
         try:

@@ -95,6 +95,17 @@ class Builder(ABC):
     def load(self, engine: Path, facts: ModelFacts) -> None:
         """Check that *engine* loads and runs here. :raises EntryInvalid: with the reason. Default: no check."""
 
+    def precheck(self, engine: Path) -> None:
+        """A cheap check on every hit, before any runtime is touched. :raises EntryInvalid: Default: none."""
+
+    def progress(self) -> str:
+        """What the build is doing now, for the progress lines ("" when the builder cannot tell)."""
+        return ""
+
+    def report(self) -> dict[str, Any]:
+        """Extra facts about the last build for ``engine.json`` (e.g. whether a timing cache was used)."""
+        return {}
+
     def gpu_lock_id(self) -> str | None:
         """An id for the per-GPU build lock (builds on one GPU are serialised), or None for no such lock."""
         return None

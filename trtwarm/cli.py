@@ -78,6 +78,9 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         from trtwarm.lifecycle import add_parsers
 
         add_parsers(sub, str(DEFAULT_CACHE_DIR))
+    selftest = sub.add_parser("selftest", help="on a GPU node: identity, versions, build, load and run a tiny engine")
+    selftest.add_argument("--workdir", help="keep the model, cache and engines here (default: a temporary directory)")
+    selftest.set_defaults(func=cmd_selftest)
     demo = sub.add_parser("demo", help="generate a model and run init twice with the onnxruntime builder")
     demo.add_argument("--cache-dir", help="cache to use (default: a fresh temporary directory)")
     demo.add_argument("--workdir", help="where the model and hand-off dirs go (default: a temporary directory)")
@@ -146,6 +149,13 @@ def cmd_key(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
         print(json.dumps(plan.doc, indent=2, sort_keys=True))
         print(f"key  {plan.key}\nname {plan.name}")
     return 0
+
+
+def cmd_selftest(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """``trtwarm selftest``."""
+    from trtwarm.selftest import run
+
+    return run(environ, Path(ns.workdir) if ns.workdir else None)
 
 
 def cmd_demo(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:

@@ -121,14 +121,19 @@ def read_bounded(path: Path, limit: int) -> bytes:
 
 
 def pid_alive(pid: int) -> bool:
-    """Return whether a process with *pid* exists on this host."""
+    """Return whether a process with *pid* runs on this host (a zombie, killed but not yet reaped, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # it exists, owned by someone else
+        pass
+    try:  # the kernel drops a dead holder's flock at once, possibly before its parent reaps it
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            state = handle.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
         return True
-    return True
+    return state not in (b"Z", b"X")
 
 
 __all__ = [

@@ -93,14 +93,11 @@ def resolve(settings: Settings) -> Plan:
     return Plan(settings, layout, builder, facts, doc, key, name, {"key": time.monotonic() - start})
 
 
-def _load_check(plan: Plan) -> Callable[[Entry], None] | None:
-    if plan.settings.verify != "load":
-        return None
-
+def _load_check(plan: Plan) -> Callable[[Entry], None]:
     def check(entry: Entry) -> None:
-        start = time.monotonic()
-        plan.builder.load(entry.engine, plan.facts)
-        plan.seconds["verify"] = plan.seconds.get("verify", 0.0) + time.monotonic() - start
+        plan.builder.precheck(entry.engine)  # e.g. the plan header's TensorRT version, before TensorRT is loaded
+        if plan.settings.verify == "load":
+            plan.builder.load(entry.engine, plan.facts)
 
     return check
 
@@ -113,13 +110,15 @@ def _lookup(plan: Plan) -> Entry | None:
 
 
 @contextlib.contextmanager
-def ticker(message: str, *args: object, every: float = PROGRESS_SECONDS) -> Iterator[None]:
-    """Log ``message (N s elapsed)`` every *every* seconds while the block runs."""
+def ticker(message: str, *args: object, every: float = PROGRESS_SECONDS,
+           detail: Callable[[], str] | None = None) -> Iterator[None]:
+    """Log ``message (N s elapsed[, detail])`` every *every* seconds while the block runs."""
     stop, start = threading.Event(), time.monotonic()
 
     def run() -> None:
         while not stop.wait(every):
-            log.info(message + " (%.0f s elapsed)", *args, time.monotonic() - start)
+            now = detail() if detail else ""
+            log.info(message + " (%.0f s elapsed%s)", *args, time.monotonic() - start, f"; {now}" if now else "")
 
     thread = threading.Thread(target=run, name="trtwarm-progress", daemon=True)
     thread.start()
@@ -142,7 +141,7 @@ def _manifest(plan: Plan, engine_file: str, digest: str, size: int, build_second
 
 def _build_into(plan: Plan, staging: Any) -> dict[str, Any]:
     start = time.monotonic()
-    with ticker("building %s", plan.label, every=plan.settings.progress_interval):
+    with ticker("building %s", plan.label, every=plan.settings.progress_interval, detail=plan.builder.progress):
         engine = plan.builder.build(plan.settings.model, plan.facts, staging)
     plan.seconds["build"] = time.monotonic() - start
     log.info("built %s in %.1f s; checking that it loads", plan.label, plan.seconds["build"])
@@ -264,7 +263,8 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
                         seconds={k: plan.seconds.get(k, 0.0) for k in ("key", "wait", "build", "verify", "total")},
                         device=plan.doc["device"], builder=plan.doc["builder"], model_sha256=plan.facts.onnx.sha256,
                         precision=str(plan.doc["build"].get("precision", "")), verify=settings.verify,
-                        engine_bytes=int(entry.manifest["engine_bytes"]), lock_mode=settings.lock_mode)
+                        engine_bytes=int(entry.manifest["engine_bytes"]), lock_mode=settings.lock_mode,
+                        extra=plan.builder.report() if result == "built" else {})
     try:
         handoff.write(settings.handoff_dir, report)
         if settings.triton_repo and settings.triton_model:

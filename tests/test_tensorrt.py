@@ -1,0 +1,223 @@
+"""The TensorRT builder. Its logic (plan headers, logger verdicts, option mapping for 10.x and 11.x, the timing
+cache's id and file protocol, the no-TensorRT paths) runs everywhere; real builds are marked ``tensorrt`` and skip
+with the reason where TensorRT or a GPU is missing. Nothing here imitates TensorRT."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import env_for, run_trtwarm
+from trtwarm import gpu
+from trtwarm.config import Identity, Settings, parse_shape
+from trtwarm.errors import ConfigError
+from trtwarm.layout import Layout
+from trtwarm.timing_cache import TimingCacheFile
+from trtwarm.trt_compat import (
+    HARDWARE_LEVELS,
+    PLAN_MAGIC,
+    config_plan,
+    default_precision,
+    load_verdict,
+    parse_version,
+    plan_header,
+    timing_cache_id,
+)
+
+HAVE_TRT = importlib.util.find_spec("tensorrt") is not None
+HAVE_GPU = bool(gpu.detect())
+needs_trt = pytest.mark.skipif(not (HAVE_TRT and HAVE_GPU), reason="needs the tensorrt package and an NVIDIA GPU "
+                               f"(tensorrt installed: {HAVE_TRT}, GPU visible: {HAVE_GPU})")
+
+
+def plan_bytes(version: tuple[int, int, int, int], magic: int = PLAN_MAGIC, serialization: int = 0) -> bytes:
+    """A plan header as trtexec's printPlanVersion reads it, followed by filler."""
+    return struct.pack("<II", magic, serialization) + b"\0" * 16 + bytes(version) + b"\x55" * 64
+
+
+def settings(**kw: object) -> Settings:
+    return Settings(model=Path("/m.onnx"), **kw)  # type: ignore[arg-type]
+
+
+# --- plan header ------------------------------------------------------------------------------------------------
+
+def test_a_plan_of_this_tensorrt_passes_the_header_check() -> None:
+    header = plan_header(plan_bytes((10, 16, 1, 11)))
+    assert header.status == "ok" and header.version == (10, 16, 1, 11)
+    assert header.mismatch("10.16.1.11") is None
+
+
+def test_a_plan_of_another_tensorrt_is_a_miss_before_tensorrt_is_touched() -> None:
+    reason = plan_header(plan_bytes((10, 13, 3, 9))).mismatch("10.16.1.11")
+    assert reason == "engine was built by TensorRT 10.13.3.9, this is TensorRT 10.16.1.11"
+    assert plan_header(plan_bytes((10, 16, 1, 10))).mismatch("10.16.1.11")  # build numbers must match too
+
+
+@pytest.mark.parametrize("blob,status,words", [
+    (b"\x08\x07onnx-model-bytes" * 4, "not-a-plan", "wrong magic"),
+    (plan_bytes((10, 16, 1, 11))[:20], "truncated", "truncated"),
+    (b"", "truncated", "truncated"),
+])
+def test_bytes_that_are_no_plan_are_rejected_with_the_reason(blob: bytes, status: str, words: str) -> None:
+    header = plan_header(blob)
+    assert header.status == status and words in (header.mismatch("10.16.1.11") or "")
+
+
+def test_an_unknown_header_format_is_left_to_deserialization() -> None:
+    header = plan_header(plan_bytes((11, 4, 0, 106), serialization=3))
+    assert header.status == "unknown-format" and header.mismatch("11.4.0.106") is None
+
+
+def test_version_strings_with_suffixes_parse() -> None:
+    assert parse_version("10.7.0.post1") == (10, 7, 0)
+    assert parse_version("11.4.0.106") == (11, 4, 0, 106)
+
+
+# --- logger verdicts (the error strings users meet, from ../shared/reference/tensorrt.md §2.3) -------------------
+
+REAL_MESSAGES = [
+    (1, "IRuntime::deserializeCudaEngine: Error Code 1: Serialization (Serialization assertion stdVersionRead == "
+        "kSERIALIZATION_VERSION failed.Version tag does not match. Note: Current Version: 237, Serialized Engine "
+        "Version: 239)", "another TensorRT version"),
+    (1, "IRuntime::deserializeCudaEngine: Error Code 6: API Usage Error (The engine plan file is not compatible with "
+        "this version of TensorRT, expecting library version 10.12.0.36 got .)", "another TensorRT version"),
+    (1, "IRuntime::deserializeCudaEngine: Error Code 6: API Usage Error (The engine plan file is generated on an "
+        "incompatible device, expecting compute 8.9 got compute 8.6, please rebuild.)", "another GPU architecture"),
+    (1, "Serialization assertion magicTagRead == kMAGIC_TAG failed.Magic tag does not match", "not a TensorRT engine"),
+    (1, "INVALID_ARGUMENT: Cannot deserialize with an empty memory buffer.", "empty"),
+    (2, "Using an engine plan file across different models of devices is not supported and is likely to affect "
+        "performance or even cause errors or deadlock.", "another GPU model"),
+    (2, "Using an engine plan file across different models of devices is not recommended and is likely to affect "
+        "performance or even cause errors.", "another GPU model"),
+    (0, "[runtime.cpp::deserializeCudaEngine::50] Error Code 4: Internal Error (Engine deserialization failed.)",
+     "could not deserialize"),
+]
+
+
+@pytest.mark.parametrize("severity,message,meaning", REAL_MESSAGES)
+def test_each_known_load_message_rejects_the_engine_with_its_meaning(severity: int, message: str, meaning: str) -> None:
+    verdict = load_verdict([(3, "Loaded engine size: 12 MiB"), (severity, message)])
+    assert verdict is not None and meaning in verdict and message.strip() in verdict
+
+
+def test_info_and_unrelated_warnings_do_not_reject() -> None:
+    assert load_verdict([(3, "Loaded engine size: 101 MiB"), (4, "Deserialization required 3 microseconds."),
+                         (2, "CUDA lazy loading is not enabled.")]) is None
+    assert "reported an error" in load_verdict([(1, "some new error wording")])
+
+
+# --- options by name, 10.x and 11.x ----------------------------------------------------------------------------
+
+def test_tensorrt_10_precision_maps_to_weak_typing_flags() -> None:
+    fp16 = config_plan(settings(), 10, 16, "fp16")
+    assert fp16.set_flags == ("FP16",) and fp16.strongly_typed is False
+    model = config_plan(settings(), 10, 16, "model")
+    assert model.set_flags == () and model.strongly_typed is True
+    assert config_plan(settings(), 10, 16, "fp32").set_flags == ()
+    assert config_plan(settings(), 10, 16, "int8").set_flags == ("INT8",)
+
+
+def test_tensorrt_11_takes_precision_from_the_model_only() -> None:
+    assert default_precision(11) == "model" and default_precision(10) == "fp16"
+    plan = config_plan(settings(), 11, 4, "model")
+    assert plan.strongly_typed and plan.set_flags == ()
+    with pytest.raises(ConfigError) as err:
+        config_plan(settings(), 11, 4, "fp16")
+    assert "removed in TensorRT 11" in err.value.message and "modelopt.onnx.autocast" in (err.value.hint or "")
+
+
+def test_builder_options_map_by_name() -> None:
+    s = settings(workspace=4 << 30, opt_level=5, hardware_compat="ampere+", version_compatible=True,
+                 exclude_lean_runtime=True, tf32=False, shapes=(parse_shape("input=1x3:8x3:32x3"),))
+    plan = config_plan(s, 10, 16, "model")
+    assert plan.set_flags == ("VERSION_COMPATIBLE", "EXCLUDE_LEAN_RUNTIME") and plan.clear_flags == ("TF32",)
+    assert plan.hardware_level == "AMPERE_PLUS" and plan.workspace == 4 << 30 and plan.opt_level == 5
+    assert plan.profiles == ({"input": ((1, 3), (8, 3), (32, 3))},)
+    assert set(HARDWARE_LEVELS.values()) == {"NONE", "AMPERE_PLUS", "SAME_COMPUTE_CAPABILITY"}
+
+
+def test_options_a_tensorrt_cannot_honour_are_configuration_errors() -> None:
+    with pytest.raises(ConfigError, match="only applies with --version-compatible"):
+        config_plan(settings(exclude_lean_runtime=True), 10, 16, "model")
+    with pytest.raises(ConfigError, match="needs TensorRT 10.9"):
+        config_plan(settings(hardware_compat="same-cc"), 10, 8, "model")
+    assert config_plan(settings(hardware_compat="same-cc"), 10, 9, "model").hardware_level == "SAME_COMPUTE_CAPABILITY"
+
+
+# --- timing cache ----------------------------------------------------------------------------------------------
+
+def test_timing_cache_id_follows_tensorrt_gpu_class_and_tf32() -> None:
+    h200 = gpu.key_fields(gpu.GpuInfo("GPU-1", "NVIDIA H200", (9, 0), 150754820096))
+    h100 = gpu.key_fields(gpu.GpuInfo("GPU-2", "NVIDIA H100 80GB HBM3", (9, 0), 85520809984))
+    base = config_plan(settings(), 10, 16, "fp16")
+    no_tf32 = config_plan(settings(tf32=False), 10, 16, "fp16")
+    ids = {timing_cache_id("10.16.1.11", h200, base), timing_cache_id("10.16.1.11", h100, base),
+           timing_cache_id("10.13.3.9", h200, base), timing_cache_id("10.16.1.11", h200, no_tf32)}
+    assert len(ids) == 4
+    assert timing_cache_id("10.16.1.11", h200, base) == timing_cache_id("10.16.1.11", dict(h200), base)
+    assert timing_cache_id("10.16.1.11", h200, base).startswith("trt10.16.1.11-")
+
+
+def test_timing_cache_file_is_merged_under_its_lock_and_replaced_atomically(tmp_path: Path) -> None:
+    layout = Layout(tmp_path / "cache")
+    layout.ensure()
+    cache = TimingCacheFile(layout, "trt10.16.1.11-abc")
+    assert cache.read() is None
+    seen: list[bytes | None] = []
+    me = Identity(None, None, None, "host")
+    assert cache.publish(lambda cur: seen.append(cur) or b"first", me)
+    assert cache.publish(lambda cur: seen.append(cur) or (cur or b"") + b"+second", me)
+    assert seen == [None, b"first"] and cache.read() == b"first+second"
+    assert not cache.publish(lambda cur: None, me) and cache.read() == b"first+second"  # nothing to write
+    assert not list(layout.timing_caches.glob("*.tmp")) and (layout.locks / "timing-trt10.16.1.11-abc.lock").exists()
+
+
+# --- without TensorRT or a GPU ---------------------------------------------------------------------------------
+
+@pytest.mark.skipif(HAVE_TRT, reason="TensorRT is installed here")
+def test_key_with_the_tensorrt_builder_names_the_extra_when_tensorrt_is_missing(model: Path) -> None:
+    run = run_trtwarm("key", "--builder", "tensorrt", "--model", str(model), "--cache-dir", str(model.parent / "c"))
+    assert run.returncode == 2 and "pip install 'trtwarm[tensorrt]'" in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.mark.skipif(HAVE_GPU, reason="a GPU is visible here")
+def test_selftest_without_a_gpu_says_what_is_missing() -> None:
+    proc = subprocess.run([sys.executable, "-m", "trtwarm", "selftest"], capture_output=True, text=True,
+                          env=env_for(), check=False)
+    assert proc.returncode == 2 and "none visible through NVML" in proc.stdout
+    assert "nvidia.com/gpu" in proc.stderr and "Traceback" not in proc.stderr
+
+
+# --- real TensorRT on a real GPU (skipped with the reason elsewhere) --------------------------------------------
+
+@pytest.mark.tensorrt
+@pytest.mark.gpu
+@needs_trt
+def test_real_build_cache_reload_and_run(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "trtwarm", "selftest", "--workdir", str(tmp_path)],
+                          capture_output=True, text=True, env=env_for(), timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "selftest ok" in proc.stdout
+    [entry] = list((tmp_path / "cache" / "entries").iterdir())
+    import tensorrt as trt
+
+    header = plan_header((entry / "engine.plan").read_bytes()[:28])
+    assert header.status == "ok" and header.mismatch(trt.__version__) is None
+    report = json.loads((tmp_path / "h1" / "engine.json").read_text())
+    assert report["result"] == "built" and report["extra"]["timing_cache"] in ("used", "new")
+    assert list((tmp_path / "cache" / "timing-caches").glob("*.cache"))
+
+
+@pytest.mark.tensorrt
+@pytest.mark.gpu
+@pytest.mark.skipif(True, reason="needs two TensorRT versions installed side by side (separate venvs); no machine "
+                    "here has even one")
+def test_real_engine_of_another_tensorrt_version_is_rebuilt() -> None:
+    """Build with TensorRT A in one venv, init with TensorRT B in another on the same volume: B's key differs, and
+    an entry planted under B's key is refused by the header check and rebuilt."""

@@ -1,0 +1,162 @@
+"""TensorRT facts that need no TensorRT: plan headers, logger-message verdicts, and the build configuration by name.
+
+Everything here is pure, so it is tested on every machine; :mod:`trtwarm.build_tensorrt` applies it to the real
+API. Flags are handled by *name* (``BuilderFlag.FP16``), never by number: enum values shift between 10.x and 11.x
+(``VERSION_COMPATIBLE`` is 13 in 10.x and 12 in 11.x).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+from trtwarm.config import Settings
+from trtwarm.errors import ConfigError
+
+PLAN_MAGIC = 0x74727466  # b"ftrt" little-endian: kPLAN_FILE_TAG in trtexec's printPlanVersion
+PLAN_HEADER_BYTES = 28
+#: 10.x precision -> builder flags on a weakly typed network ("model": a strongly typed network, no flags)
+PRECISION_FLAGS = {"fp32": (), "fp16": ("FP16",), "bf16": ("BF16",), "int8": ("INT8",), "fp8": ("FP8",), "model": ()}
+HARDWARE_LEVELS = {"none": "NONE", "ampere+": "AMPERE_PLUS", "same-cc": "SAME_COMPUTE_CAPABILITY"}
+_BAKE_HINT = ("TensorRT 11 takes precision from the model: bake it in first (FP16/BF16: `python -m "
+              "modelopt.onnx.autocast --onnx_path model.onnx --output_path model_fp16.onnx`; INT8/FP8: explicit Q/DQ "
+              "nodes from ModelOpt quantization), then use --precision model")
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """``"10.16.1.11"`` (or ``"10.7.0.post1"``) -> ``(10, 16, 1, 11)``: the leading numeric parts."""
+    parts = []
+    for piece in text.split("."):
+        if not piece.isdigit():
+            break
+        parts.append(int(piece))
+    return tuple(parts)
+
+
+@dataclass(frozen=True)
+class PlanHeader:
+    """What the first 28 bytes of a serialized engine say."""
+
+    status: str  # ok | truncated | not-a-plan | unknown-format
+    version: tuple[int, int, int, int] | None = None
+
+    def mismatch(self, running: str) -> str | None:
+        """A reason to treat the plan as a miss before touching TensorRT, or None (proceed to deserialize).
+
+        Only a readable header that names another TensorRT version, or bytes that are no plan at all, are
+        verdicts; an unknown header format is left to deserialization (the layout is a sample-code convention).
+        """
+        if self.status == "truncated":
+            return "engine is shorter than a TensorRT plan header (truncated)"
+        if self.status == "not-a-plan":
+            return "engine is not a TensorRT plan (wrong magic)"
+        if self.status != "ok" or self.version is None:
+            return None
+        want = parse_version(running)
+        # the header stores the build number in one byte: compare it modulo 256
+        if tuple(self.version[:3]) != tuple(want[:3]) or (len(want) > 3 and self.version[3] != want[3] % 256):
+            return (f"engine was built by TensorRT {'.'.join(map(str, self.version))}, this is TensorRT {running}")
+        return None
+
+
+def plan_header(blob: bytes) -> PlanHeader:
+    """Read the plan header (trtexec ``--getPlanVersionOnly``; TensorRT 8.6 and later)."""
+    if len(blob) < PLAN_HEADER_BYTES:
+        return PlanHeader("truncated")
+    tag, serialization = struct.unpack_from("<II", blob, 0)
+    if tag != PLAN_MAGIC:
+        return PlanHeader("not-a-plan")
+    if serialization != 0:
+        return PlanHeader("unknown-format")
+    major, minor, patch, build = blob[24:28]
+    return PlanHeader("ok", (major, minor, patch, build))
+
+
+#: (substring of a TensorRT log message, what it means for the user)
+KNOWN_MESSAGES = (
+    ("Version tag does not match", "the engine was built by another TensorRT version"),
+    ("expecting library version", "the engine was built by another TensorRT version"),
+    ("generated on an incompatible device", "the engine was built for another GPU architecture"),
+    ("different models of devices", "the engine was built on another GPU model"),
+    ("Magic tag does not match", "the file is not a TensorRT engine"),
+    ("empty memory buffer", "the engine file is empty"),
+    ("Engine deserialization failed", "TensorRT could not deserialize the engine"),
+)
+ERROR, WARNING = 1, 2  # trt.ILogger.Severity: INTERNAL_ERROR 0, ERROR 1, WARNING 2, INFO 3, VERBOSE 4
+
+
+def load_verdict(records: list[tuple[int, str]]) -> str | None:
+    """Why a deserialization must be rejected, from the captured ``(severity, message)`` records; None if clean.
+
+    Any ERROR (or INTERNAL_ERROR) rejects; so does the warning that the plan comes from another GPU model, which
+    TensorRT does not treat as an error although it "is likely to affect performance or even cause errors".
+    """
+    for severity, message in records:
+        known = next((why for text, why in KNOWN_MESSAGES if text in message), None)
+        if severity <= ERROR:
+            return f"{known or 'TensorRT reported an error'}: {message.strip()}"
+        if severity == WARNING and known and ("different models" in message or "incompatible device" in message):
+            return f"{known}: {message.strip()}"
+    return None
+
+
+@dataclass(frozen=True)
+class ConfigPlan:
+    """The TensorRT build configuration, by name, for one TensorRT major version."""
+
+    strongly_typed: bool
+    set_flags: tuple[str, ...]
+    clear_flags: tuple[str, ...]
+    hardware_level: str
+    workspace: int | None
+    opt_level: int | None
+    profiles: tuple[dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]], ...] = field(default=())
+
+    @property
+    def timing_cache_flags(self) -> tuple[str, ...]:
+        """The flags that make a timing cache incompatible (TF32, REFIT), for its id."""
+        return tuple(f for f in ("TF32",) if f not in self.clear_flags)
+
+
+def default_precision(major: int) -> str:
+    """``fp16`` on TensorRT 10 (the usual deployment), ``model`` on 11 (the only choice there)."""
+    return "model" if major >= 11 else "fp16"
+
+
+def config_plan(settings: Settings, major: int, minor: int, precision: str) -> ConfigPlan:
+    """Map trtwarm's options onto TensorRT builder settings by name. :raises ConfigError: invalid for *major*."""
+    if major >= 11 and precision != "model":
+        raise ConfigError(f"--precision {precision} is not available with TensorRT {major}: weak typing and "
+                          "precision flags were removed in TensorRT 11", hint=_BAKE_HINT)
+    if settings.exclude_lean_runtime and not settings.version_compatible:
+        raise ConfigError("--exclude-lean-runtime only applies with --version-compatible")
+    if settings.hardware_compat == "same-cc" and (major, minor) < (10, 9):
+        raise ConfigError(f"--hardware-compat same-cc needs TensorRT 10.9 or newer (this is {major}.{minor})",
+                          hint="use --hardware-compat ampere+ or upgrade TensorRT")
+    flags = list(PRECISION_FLAGS[precision]) if major < 11 else []
+    if settings.version_compatible:
+        flags.append("VERSION_COMPATIBLE")
+        if settings.exclude_lean_runtime:
+            flags.append("EXCLUDE_LEAN_RUNTIME")
+    profile = {s.name: (s.min, s.opt, s.max) for s in settings.shapes}
+    # 10.x: strong typing and precision flags are alternatives (weak flags need a weakly typed network); 11.x is
+    # always strongly typed and the flag is merely ignored, so setting it is the portable idiom.
+    return ConfigPlan(strongly_typed=precision == "model" or major >= 11, set_flags=tuple(flags),
+                      clear_flags=() if settings.tf32 else ("TF32",),
+                      hardware_level=HARDWARE_LEVELS[settings.hardware_compat], workspace=settings.workspace,
+                      opt_level=settings.opt_level, profiles=(profile,) if profile else ())
+
+
+def timing_cache_id(tensorrt_version: str, device: dict[str, Any], plan: ConfigPlan) -> str:
+    """The shared timing cache's id: TensorRT version, GPU class and the flags that change tactics."""
+    doc = {"tensorrt": tensorrt_version, "device": device, "flags": sorted(plan.timing_cache_flags),
+           "hardware_level": plan.hardware_level}
+    digest = hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return f"trt{tensorrt_version}-{digest[:16]}"
+
+
+__all__ = ["HARDWARE_LEVELS", "KNOWN_MESSAGES", "PLAN_MAGIC", "PRECISION_FLAGS", "ConfigPlan", "PlanHeader",
+           "config_plan", "default_precision", "load_verdict", "parse_version", "plan_header", "timing_cache_id"]
