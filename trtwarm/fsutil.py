@@ -120,6 +120,16 @@ def read_bounded(path: Path, limit: int) -> bytes:
     return data
 
 
+def read_json_object(path: Path, limit: int) -> dict[str, Any] | None:
+    """A small JSON object file (owner records, leases, the hand-off); None when missing, huge, garbage or not an
+    object: these files are advisory, and a reader treats a bad one as absent."""
+    try:
+        doc = json.loads(read_bounded(path, limit))
+    except (OSError, TooLarge, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 def pid_alive(pid: int) -> bool:
     """Return whether a process with *pid* runs on this host (a zombie, killed but not yet reaped, does not)."""
     try:
@@ -147,5 +157,6 @@ __all__ = [
     "fsync_file",
     "pid_alive",
     "read_bounded",
+    "read_json_object",
     "sha256_file",
 ]

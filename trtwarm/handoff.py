@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm import __version__
-from trtwarm.fsutil import TooLarge, atomic_symlink, atomic_write, atomic_write_json, read_bounded
+from trtwarm.fsutil import atomic_symlink, atomic_write, atomic_write_json, read_json_object
 
 log = logging.getLogger("trtwarm.handoff")
 REPORT = "engine.json"
@@ -88,11 +88,7 @@ def write_failure(handoff_dir: Path, doc: dict[str, Any]) -> None:
 
 def read(handoff_dir: Path) -> dict[str, Any] | None:
     """Read ``engine.json``; None when missing, partial or garbage (the sidecar then reports not ready)."""
-    try:
-        doc = json.loads(read_bounded(handoff_dir / REPORT, 1 << 20))
-    except (OSError, TooLarge, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
+    return read_json_object(handoff_dir / REPORT, 1 << 20)
 
 
 def clear(handoff_dir: Path) -> None:

@@ -7,7 +7,6 @@ bounded manifest read and one ``lstat`` per entry, so 10,000 entries scan in wel
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import stat
@@ -20,7 +19,7 @@ from typing import Any
 from trtwarm import leases as leaselib
 from trtwarm.device import short_name
 from trtwarm.errors import EntryInvalid
-from trtwarm.fsutil import TooLarge, read_bounded
+from trtwarm.fsutil import read_json_object
 from trtwarm.layout import Layout
 from trtwarm.store import STALE_STAGING_SECONDS, Entry, check_engine_stat, read_manifest, staging_stale
 
@@ -178,12 +177,8 @@ def _read(info: EntryInfo, files: dict[str, os.stat_result]) -> None:
         check_engine_stat(Entry(info.path, info.manifest), files.get(info.manifest["engine_file"]))
     except EntryInvalid as exc:
         info.status, info.problem = "damaged", exc.reason
-        try:  # keep what the manifest says, when it can be read, for the listing
-            info.manifest = json.loads(read_bounded(info.path / "manifest.json", 1 << 20))
-        except (OSError, TooLarge, ValueError):
-            info.manifest = {}
-        if not isinstance(info.manifest, dict):
-            info.manifest = {}
+        # keep what the manifest says, when it can be read, for the listing
+        info.manifest = read_json_object(info.path / "manifest.json", 1 << 20) or {}
 
 
 @dataclass(frozen=True)

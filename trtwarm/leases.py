@@ -12,7 +12,6 @@ The holder name is ``<namespace>.<pod>`` inside Kubernetes (init and sidecar sha
 from __future__ import annotations
 
 import errno
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm.config import Identity
-from trtwarm.fsutil import READ_ONLY_ERRNOS, TooLarge, atomic_write_json, read_bounded
+from trtwarm.fsutil import READ_ONLY_ERRNOS, atomic_write_json
 from trtwarm.key import sanitize
 from trtwarm.layout import Layout
 
@@ -82,15 +81,6 @@ def release(path: Path | None) -> None:
             raise
 
 
-def read(path: Path) -> dict[str, Any] | None:
-    """A lease's JSON body, or None when unreadable (the mtime is what counts)."""
-    try:
-        doc = json.loads(read_bounded(path, 64 * 1024))
-    except (OSError, TooLarge, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
 def scan(layout: Layout) -> dict[str, list[Lease]]:
     """All leases on the volume, by key (one ``scandir`` per key directory)."""
     found: dict[str, list[Lease]] = {}
@@ -114,5 +104,5 @@ def scan_key(layout: Layout, key: str) -> list[Lease]:
         return []
 
 
-__all__ = ["LEASE_TTL", "REFRESH_SECONDS", "Lease", "holder_name", "lease_path", "read", "release", "scan",
+__all__ = ["LEASE_TTL", "REFRESH_SECONDS", "Lease", "holder_name", "lease_path", "release", "scan",
            "scan_key", "take"]

@@ -18,7 +18,6 @@ rename in :mod:`trtwarm.store` stays the guarantee: a lock that fails to exclude
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import os
 import threading
@@ -29,7 +28,7 @@ from typing import Any
 
 from trtwarm.config import Identity
 from trtwarm.errors import LockTimeoutError
-from trtwarm.fsutil import TooLarge, atomic_write_json, read_bounded
+from trtwarm.fsutil import atomic_write_json, read_json_object
 from trtwarm.layout import Layout
 
 log = logging.getLogger("trtwarm.lock")
@@ -73,11 +72,7 @@ def detect_mode(path: Path, mountinfo: str | None = None) -> tuple[str, str]:
 
 def read_owner(path: Path) -> dict[str, Any] | None:
     """Read an owner record; None when absent or unreadable (it is advisory)."""
-    try:
-        doc = json.loads(read_bounded(path, 64 * 1024))
-    except (OSError, TooLarge, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
+    return read_json_object(path, 64 * 1024)
 
 
 def describe_owner(owner: dict[str, Any] | None) -> str:
