@@ -175,7 +175,7 @@ def bench_lifecycle(work: Path, n: int, repeat: int = 3) -> list[dict[str, objec
     floor = statistics.median(_timed([sys.executable, "-c", floor_code, str(cache / "entries")])
                               for _ in range(repeat))
     rows = []
-    for label, args in (("ls --json", ["ls", "--json"]), ("stats", ["stats"]),
+    for label, args in (("ls", ["ls"]), ("ls --json", ["ls", "--json"]), ("stats", ["stats"]),
                         ("gc --dry-run --max-age 30d --max-bytes 1M", ["gc", "--dry-run", "--max-age", "30d",
                                                                        "--max-bytes", "1M"])):
         argv = [sys.executable, "-m", "trtwarm", *args, "--cache-dir", str(cache)]

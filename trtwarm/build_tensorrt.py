@@ -81,8 +81,13 @@ class TensorRTBuilder(Builder):
         return self._plan
 
     def identity(self) -> dict[str, Any]:
-        """TensorRT's exact version and distribution (the CUDA major is in its name)."""
-        return {"name": "tensorrt", "version": self._version, "distribution": self._dist}
+        """TensorRT's exact version and the CUDA major of its wheel (None where the distribution does not say).
+
+        Not the distribution's name itself: the same TensorRT from ``tensorrt`` or ``tensorrt-cu12-bindings``
+        builds the same engines.
+        """
+        cuda = next((part[2:] for part in self._dist.split("-") if part[:2] == "cu" and part[2:].isdigit()), None)
+        return {"name": "tensorrt", "version": self._version, "cuda": cuda}
 
     def device(self) -> dict[str, Any]:
         """This container's GPU (or its compatibility class). :raises ConfigError: no GPU visible."""

@@ -70,9 +70,9 @@ class EntryInfo:
 
     def as_json(self) -> dict[str, Any]:
         """The ``--json`` form (``key``, ``name``, ``path``, ``engine_bytes`` as in the core, plus the rest)."""
-        m = self.manifest
-        engine = self.path / str(m["engine_file"]) if "engine_file" in m else None
-        return {"key": self.key, "name": self.name, "path": str(engine) if engine else str(self.path),
+        m, where = self.manifest, str(self.path)
+        return {"key": self.key, "name": self.name,
+                "path": os.path.join(where, str(m["engine_file"])) if "engine_file" in m else where,
                 "engine_bytes": m.get("engine_bytes"), "bytes": self.bytes, "status": self.status,
                 "problem": self.problem, "created": m.get("created_utc"), "created_ts": m.get("created"),
                 "last_used_ts": self.last_used, "pods": [lease.holder for lease in self.leases],

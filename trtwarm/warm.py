@@ -184,22 +184,25 @@ def _on_wait(plan: Plan) -> Callable[[float, dict[str, Any] | None], None]:
     return report
 
 
-def _single_flight(plan: Plan) -> tuple[Entry, str]:
+def _single_flight(plan: Plan) -> tuple[Entry | None, str]:
+    """Take the key's lock; build if no entry is there, else release and verify it (None: it failed)."""
     s = plan.settings
     plan.layout.ensure()
     lock = BuildLock(plan.layout, plan.key, s.identity, mode=s.lock_mode, timeout=s.lock_timeout,
                      on_wait=_on_wait(plan), progress=s.progress_interval, label=plan.name)
     with lock:
         plan.seconds["wait"] = lock.waited
-        entry = _lookup(plan)
-        if entry is not None:
-            log.info("%s appeared while waiting %.1f s", plan.label, lock.waited)
-            return entry, "waited"
-        log.info("building %s (lock mode %s)", plan.label, lock.mode)
-        gpu_lock = plan.builder.gpu_lock_id()
-        with (BuildLock(plan.layout, gpu_lock, s.identity, mode=s.lock_mode, timeout=s.lock_timeout,
-                        on_wait=_on_wait(plan), progress=s.progress_interval) if gpu_lock else contextlib.nullcontext()):
-            return build_and_publish(plan), "built"
+        if plan.store.find(plan.key, plan.name) is None:
+            log.info("building %s (lock mode %s)", plan.label, lock.mode)
+            gpu_lock = plan.builder.gpu_lock_id()
+            with (BuildLock(plan.layout, gpu_lock, s.identity, mode=s.lock_mode, timeout=s.lock_timeout,
+                            on_wait=_on_wait(plan), progress=s.progress_interval) if gpu_lock else
+                  contextlib.nullcontext()):
+                return build_and_publish(plan), "built"
+    # An entry appears only whole (one rename), so its presence under the lock ends the wait. It is verified after
+    # the lock is released: the waiters of a large engine hash it side by side instead of one after another.
+    log.info("%s appeared while waiting %.1f s", plan.label, lock.waited)
+    return _lookup(plan), "waited"
 
 
 def _wait_read_only(plan: Plan) -> Entry:
@@ -217,7 +220,7 @@ def _wait_read_only(plan: Plan) -> Entry:
                            "--lock-timeout")
 
 
-def _build_or_wait(plan: Plan) -> tuple[Entry, str]:
+def _build_or_wait(plan: Plan) -> tuple[Entry | None, str]:
     if plan.settings.read_only:
         return _wait_read_only(plan), "waited"
     try:
@@ -229,13 +232,15 @@ def _build_or_wait(plan: Plan) -> tuple[Entry, str]:
 
 
 def _obtain(plan: Plan) -> tuple[Entry, str]:
-    """Hit, else wait or build. An entry that gc moved away while we verified it is a plain miss."""
+    """Hit, else wait or build. An entry that failed verification after a wait (it is quarantined by then), or that
+    gc moved away while we verified it, is a plain miss: look again, and build."""
     for _attempt in range(3):
-        entry = _lookup(plan)
-        entry, result = (entry, "hit") if entry is not None else _build_or_wait(plan)
-        if entry.engine.exists():
+        found = _lookup(plan)
+        entry, result = (found, "hit") if found is not None else _build_or_wait(plan)
+        if entry is not None and entry.engine.exists():
             return entry, result
-        log.warning("%s was removed by gc while this init verified it; looking it up again", plan.label)
+        log.warning("%s failed verification or was removed by gc while this init used it; looking again",
+                    plan.label)
     raise VolumeError(f"{plan.label} kept disappearing while this init used it",
                       hint="a cleanup that ignores trtwarm's leases is running on this volume; stop it")
 
