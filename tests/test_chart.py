@@ -98,6 +98,14 @@ def test_engine_values_become_init_flags() -> None:
         assert expected in args
 
 
+def test_several_profiles_become_profile_flags_and_do_not_mix_with_shapes() -> None:
+    profiles = ["ids=1x1:1x128:1x512;mask=1x1:1x128:1x512", "ids=8x1:8x128:8x512;mask=8x1:8x128:8x512"]
+    args = container(pod_spec(objects(render({"engine": {"profiles": profiles}}))), "trtwarm-init")["args"]
+    assert [a for a in args if a.startswith("--profile=")] == [f"--profile={p}" for p in profiles]
+    with pytest.raises(helm.HelmError, match="engine.shapes and engine.profiles do not mix"):
+        render({"engine": {"profiles": profiles, "shapes": {"ids": "1x1"}}})
+
+
 def test_the_init_container_requests_the_same_gpus_as_the_server_mig_included() -> None:
     mig = {"nvidia.com/mig-3g.40gb": 1, "nvidia.com/gpu": None, "memory": "8Gi"}  # null drops the default GPU
     spec = pod_spec(objects(render({"workload": {"container": {"resources": {"limits": mig}}}})))

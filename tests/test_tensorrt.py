@@ -221,3 +221,28 @@ def test_real_build_cache_reload_and_run(tmp_path: Path) -> None:
 def test_real_engine_of_another_tensorrt_version_is_rebuilt() -> None:
     """Build with TensorRT A in one venv, init with TensorRT B in another on the same volume: B's key differs, and
     an entry planted under B's key is refused by the header check and rebuilt."""
+
+
+def test_several_profiles_map_one_to_one_and_name_the_entry() -> None:
+    from trtwarm.key import entry_name
+
+    s = settings(profiles=((parse_shape("ids=1x1:1x128:1x512"), parse_shape("mask=1x1:1x128:1x512")),
+                           (parse_shape("ids=8x1:8x128:8x512"), parse_shape("mask=8x1:8x128:8x512"))))
+    plan = config_plan(s, 10, 16, "model")
+    assert [sorted(p) for p in plan.profiles] == [["ids", "mask"], ["ids", "mask"]]
+    assert plan.profiles[1]["ids"] == ((8, 1), (8, 128), (8, 512))
+    build = {"precision": "model", "shapes": {}, "profiles": [{"ids": {"opt": [1, 128]}}, {"ids": {"opt": [8, 128]}}]}
+    doc = {"builder": {"name": "tensorrt", "version": "10.16.1.11"}, "device": {"kind": "gpu", "class": "sm9.0"},
+           "build": build}
+    assert "_ids-1x128-2profiles--" in entry_name(doc, "f" * 64, "bert")
+
+
+def test_profile_flags_parse_and_do_not_mix_with_shape(model: Path) -> None:
+    base = ["key", "--builder", "command", "--builder-version", "t", "--build-command", "cp {model} {output}",
+            "--device", "cpu", "--model", str(model), "--cache-dir", str(model.parent / "c")]
+    mixed = run_trtwarm(*base, "--shape", "input=1x16", "--profile", "input=1x16:8x16:32x16")
+    assert mixed.returncode == 2 and "--shape and --profile do not mix" in mixed.stderr
+    other = run_trtwarm(*base, "--profile", "input=1x16:8x16:32x16", "--profile", "input=64x16")
+    assert other.returncode == 2 and "is for the tensorrt builder" in other.stderr
+    twice = run_trtwarm(*base, "--profile", "input=1x16;input=2x16")
+    assert twice.returncode == 2 and "names the same input twice" in twice.stderr

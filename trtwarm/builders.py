@@ -71,6 +71,13 @@ class Builder(ABC):
         validate_shapes(facts, s.shapes)
         fields: dict[str, Any] = {"precision": self.precision, "shapes": {sp.name: sp.as_key() for sp in s.shapes},
                                   "extra": dict(s.key_extra)}
+        if s.profiles:
+            if not self.uses_trt_options:
+                raise ConfigError(f"--profile (several optimization profiles) is for the tensorrt builder, not "
+                                  f"{self.name}", hint="give one profile with --shape")
+            for profile in s.profiles:
+                validate_shapes(facts, profile)
+            fields["profiles"] = [{sp.name: sp.as_key() for sp in profile} for profile in s.profiles]
         if self.uses_trt_options:
             fields.update(self.trt_fields())
         else:

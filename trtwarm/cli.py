@@ -35,6 +35,8 @@ def add_init_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", help="fp32|fp16|bf16|int8|fp8|model (default depends on the builder)")
     p.add_argument("--shape", action="append", default=[], metavar="NAME=MIN:OPT:MAX",
                    help="an input's profile, dims like 1x3x224x224; repeatable")
+    p.add_argument("--profile", action="append", default=[], metavar="NAME=MIN:OPT:MAX;...",
+                   help="TensorRT: one optimization profile (its inputs separated by ';'); repeat for several")
     p.add_argument("--workspace", help="TensorRT workspace pool limit, e.g. 4G")
     p.add_argument("--opt-level", type=int, help="TensorRT builder optimization level 0-5")
     p.add_argument("--hardware-compat", default="none", choices=["none", "ampere+", "same-cc"])

@@ -89,6 +89,15 @@ def parse_shape(spec: str) -> ShapeSpec:
     return ShapeSpec(name, low, opt, high)
 
 
+def _shape_set(specs: list[str], flag: str) -> tuple[ShapeSpec, ...]:
+    """Parse the shapes of one profile; an input may appear once."""
+    shapes = tuple(parse_shape(s.strip()) for s in specs)
+    names = [s.name for s in shapes]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{flag} names the same input twice: {sorted(names)}")
+    return shapes
+
+
 def parse_key_extra(pair: str) -> tuple[str, str]:
     """Parse ``K=V`` for ``--key-extra``."""
     key, sep, value = pair.partition("=")
@@ -128,6 +137,7 @@ class Settings:
     builder: str = "tensorrt"
     precision: str | None = None
     shapes: tuple[ShapeSpec, ...] = ()
+    profiles: tuple[tuple[ShapeSpec, ...], ...] = ()  # several optimization profiles (TensorRT); else ``shapes``
     workspace: int | None = None
     opt_level: int | None = None
     hardware_compat: str = "none"
@@ -159,10 +169,12 @@ class Settings:
         """Validate parsed flags (already defaulted from the environment) into Settings."""
         if not ns.model:
             raise ConfigError("no model given", hint="pass --model PATH (or set TRTWARM_MODEL)")
-        shapes = tuple(parse_shape(s) for s in ns.shape)
-        names = [s.name for s in shapes]
-        if len(set(names)) != len(names):
-            raise ConfigError(f"--shape given twice for the same input: {sorted(names)}")
+        shapes = _shape_set(ns.shape, "--shape")
+        profiles = tuple(_shape_set([p for p in spec.split(";") if p.strip()], "--profile")
+                         for spec in getattr(ns, "profile", []))
+        if profiles and shapes:
+            raise ConfigError("--shape and --profile do not mix", hint="with several optimization profiles, give "
+                              "every one as --profile 'NAME=MIN:OPT:MAX;NAME=...' (the first is the default profile)")
         triton_repo, triton_model = getattr(ns, "triton_repo", None), getattr(ns, "triton_model", None)
         if bool(triton_repo) != bool(triton_model) or (triton_model and not re.fullmatch(r"[A-Za-z0-9_.-]+",
                                                                                          triton_model)):
@@ -172,7 +184,7 @@ class Settings:
             raise ConfigError(f"--opt-level {ns.opt_level} is out of range", hint="use 0 to 5 (TensorRT's default is 3)")
         return cls(
             model=Path(ns.model).absolute(), cache_dir=Path(ns.cache_dir).absolute(), builder=ns.builder, precision=ns.precision,
-            shapes=shapes, workspace=parse_size(ns.workspace) if ns.workspace else None, opt_level=ns.opt_level,
+            shapes=shapes, profiles=profiles, workspace=parse_size(ns.workspace) if ns.workspace else None, opt_level=ns.opt_level,
             hardware_compat=ns.hardware_compat, version_compatible=ns.version_compatible,
             exclude_lean_runtime=ns.exclude_lean_runtime, tf32=ns.tf32 == "on",
             plugins=tuple(Path(p) for p in ns.plugin), name=ns.name, handoff_dir=Path(ns.handoff_dir).absolute(),

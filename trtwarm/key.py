@@ -55,10 +55,12 @@ def sanitize(text: str, limit: int = _NAME_PART_MAX) -> str:
 
 
 def _shapes_label(build: Mapping[str, Any]) -> str:
-    shapes = build.get("shapes") or {}
+    profiles = build.get("profiles") or []
+    shapes = build.get("shapes") or (profiles[0] if profiles else {})
     if not shapes:
         return "static"
-    return "+".join(f"{n}-{'x'.join(map(str, s['opt']))}" for n, s in sorted(shapes.items()))
+    label = "+".join(f"{n}-{'x'.join(map(str, s['opt']))}" for n, s in sorted(shapes.items()))
+    return label + (f"-{len(profiles)}profiles" if len(profiles) > 1 else "")
 
 
 def entry_name(doc: Mapping[str, Any], key: str, model_name: str) -> str:

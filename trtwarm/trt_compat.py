@@ -141,13 +141,14 @@ def config_plan(settings: Settings, major: int, minor: int, precision: str) -> C
         flags.append("VERSION_COMPATIBLE")
         if settings.exclude_lean_runtime:
             flags.append("EXCLUDE_LEAN_RUNTIME")
-    profile = {s.name: (s.min, s.opt, s.max) for s in settings.shapes}
+    profiles = tuple({s.name: (s.min, s.opt, s.max) for s in shapes} for shapes in settings.profiles or
+                     ((settings.shapes,) if settings.shapes else ()))
     # 10.x: strong typing and precision flags are alternatives (weak flags need a weakly typed network); 11.x is
     # always strongly typed and the flag is merely ignored, so setting it is the portable idiom.
     return ConfigPlan(strongly_typed=precision == "model" or major >= 11, set_flags=tuple(flags),
                       clear_flags=() if settings.tf32 else ("TF32",),
                       hardware_level=HARDWARE_LEVELS[settings.hardware_compat], workspace=settings.workspace,
-                      opt_level=settings.opt_level, profiles=(profile,) if profile else ())
+                      opt_level=settings.opt_level, profiles=profiles)
 
 
 def timing_cache_id(tensorrt_version: str, device: dict[str, Any], plan: ConfigPlan) -> str:

@@ -72,6 +72,12 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- range $input, $dims := $e.shapes }}
 - --shape={{ $input }}={{ $dims }}
 {{- end }}
+{{- if and $e.shapes $e.profiles }}
+{{- fail "engine.shapes and engine.profiles do not mix: give every profile in engine.profiles" }}
+{{- end }}
+{{- range $e.profiles }}
+- --profile={{ . }}
+{{- end }}
 {{- with $e.name }}
 - --name={{ . }}
 {{- end }}
