@@ -27,6 +27,7 @@ from trtwarm import leases as leaselib
 from trtwarm.errors import LockTimeoutError
 from trtwarm.inventory import EntryInfo, Inventory
 from trtwarm.layout import Layout
+from trtwarm.lock import HEARTBEAT_SECONDS, LEASE_SECONDS, detect_mode
 
 log = logging.getLogger("trtwarm.gc")
 #: quarantined entries are kept this long for inspection before gc removes them
@@ -133,8 +134,14 @@ def plan(inv: Inventory, policy: Policy) -> Plan:
 
 
 def _unique(items: list[tuple[EntryInfo, str]]) -> list[tuple[EntryInfo, str]]:
+    """Each kept entry once, with the first reason (several bounds may have asked for it)."""
     seen: set[Path] = set()
-    return [(i, w) for i, w in items if not (i.path in seen or seen.add(i.path))]  # type: ignore[func-returns-value]
+    out = []
+    for info, why in items:
+        if info.path not in seen:
+            seen.add(info.path)
+            out.append((info, why))
+    return out
 
 
 def plan_remove(inv: Inventory, selectors: Iterable[str], force: bool = False) -> tuple[Plan, list[str]]:
@@ -212,7 +219,6 @@ class VolumeGcLock:
     """The volume-wide GC lock: non-blocking, so only one collector per volume works at a time."""
 
     def __init__(self, layout: Layout, mode: str = "auto") -> None:
-        from trtwarm.lock import detect_mode
 
         self.layout = layout
         self.mode = mode if mode != "auto" else detect_mode(layout.root)[0]
@@ -223,8 +229,10 @@ class VolumeGcLock:
 
         self.layout.locks.mkdir(exist_ok=True)
         path = self.layout.locks / "gc.lock"
-        self._lock = (filelock.SoftFileLock(path.with_suffix(".lease"), mode=0o664) if self.mode == "lease" else
-                      filelock.UnixFileLock(path, mode=0o664, preserve_lock_file=True))
+        # lease mode: a heartbeat lease, so a collector that died never blocks gc on this volume for good
+        self._lock = (filelock.SoftFileLease(path.with_suffix(".lease"), lease_duration=LEASE_SECONDS,
+                                             heartbeat_interval=HEARTBEAT_SECONDS, mode=0o664)
+                      if self.mode == "lease" else filelock.UnixFileLock(path, mode=0o664, preserve_lock_file=True))
         try:
             self._lock.acquire(timeout=0)
         except filelock.Timeout:
@@ -243,12 +251,12 @@ def summarize(actions: Iterable[Action]) -> dict[str, int]:
     return out
 
 
-def run(layout: Layout, inv_policy: Policy, *, mode: str = "auto") -> tuple[Plan, list[Action]]:
+def run(layout: Layout, policy: Policy, *, mode: str = "auto") -> tuple[Plan, list[Action]]:
     """One unattended pass (the sidecar's periodic gc): lock, scan, plan, execute."""
     from trtwarm.inventory import scan
 
     with VolumeGcLock(layout, mode):
-        gc_plan = plan(scan(layout, time.time()), inv_policy)
+        gc_plan = plan(scan(layout, time.time()), policy)
         return gc_plan, execute(layout, gc_plan)
 
 
