@@ -152,7 +152,7 @@ def _carry_out(ns: argparse.Namespace, inv: Inventory, plan: gclib.Plan, what: s
     go = bool(plan.actions) and _confirm(ns, f"{what} {len(plan.actions)} items, {human_bytes(plan.bytes)}?")
     done: list[gclib.Action] = []
     if go:
-        with gclib.VolumeGcLock(inv.layout, getattr(ns, "lock_mode", "auto")):
+        with gclib.VolumeGcLock(inv.layout, ns.lock_mode):
             done = gclib.execute(inv.layout, plan, respect_leases=not getattr(ns, "force", False))
     if ns.json:
         _print_json({"plan": [a.as_json() for a in plan.actions], "deferred": plan.deferred,
@@ -220,6 +220,8 @@ def add_parsers(sub: Any, cache_default: str) -> None:
     for p in (gc, rm):
         p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
         p.add_argument("--yes", "-y", action="store_true", help="do not ask")
+        p.add_argument("--lock-mode", default="auto", choices=["auto", "flock", "lease"],
+                       help="for the volume's gc lock, as for trtwarm init (%(default)s)")
 
 
 __all__ = ["add_parsers", "cmd_gc", "cmd_ls", "cmd_rm", "cmd_stats", "cmd_verify", "policy_from", "stats"]

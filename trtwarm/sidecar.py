@@ -87,6 +87,7 @@ class Sidecar:
         self.registry, self.collector = registry(settings.handoff_dir, self.volume)
         self.stopping = threading.Event()
         self.lease: Path | None = None
+        self._lease_lock = threading.Lock()
         routes = {"/metrics": self._metrics, "/healthz": lambda _a: (200, "text/plain", b"ok\n"),
                   "/readyz": self._readyz}
         self.server = _Server((settings.bind, settings.port), _handler(routes))
@@ -112,7 +113,13 @@ class Sidecar:
             report = handoff.read(self.s.handoff_dir)
             if report and engine_ready(report)[0]:
                 try:
-                    self.lease = leaselib.take(self.layout, report["key"], report["name"], self.identity)
+                    with self._lease_lock:  # never after the release in run(), whatever the timing
+                        if self.stopping.is_set():
+                            return
+                        first = self.lease is None
+                        self.lease = leaselib.take(self.layout, report["key"], report["name"], self.identity)
+                    if first:
+                        log.info("engine %s is ready; holding its in-use lease %s", report["name"], self.lease)
                     EngineStore(self.layout).touch_use(report["key"])
                 except OSError as exc:  # keep serving; the next round tries again
                     log.warning("cannot refresh the lease on %s: %s", report.get("name"), exc)
@@ -151,8 +158,8 @@ class Sidecar:
         self.server.shutdown()
         self.server.server_close()
         self.volume.stop()
-        threads[0].join(timeout=0.5)  # a refresh in flight must not re-create the lease after it is released
-        leaselib.release(self.lease)
+        with self._lease_lock:
+            leaselib.release(self.lease)
         log.info("sidecar stopped; lease released")
 
     def stop(self) -> None:
