@@ -47,6 +47,16 @@ class Policy:
     quarantine_grace: float = QUARANTINE_GRACE
     max_remove: int = MAX_REMOVE
 
+    @classmethod
+    def parse(cls, max_age: str | None, max_bytes: str | None, keep_per_model: int | None,
+              quarantine_grace: str, max_remove: int = MAX_REMOVE) -> Policy:
+        """From the flags' text (``30d``, ``100G``). :raises ConfigError: a malformed size or duration."""
+        from trtwarm.config import parse_duration, parse_size
+
+        return cls(max_age=parse_duration(max_age) if max_age else None,
+                   max_bytes=parse_size(max_bytes) if max_bytes else None, keep_per_model=keep_per_model,
+                   quarantine_grace=parse_duration(quarantine_grace), max_remove=max_remove)
+
 
 @dataclass(frozen=True)
 class Action:

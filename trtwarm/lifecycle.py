@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm import gc as gclib
-from trtwarm.config import parse_duration, parse_size
 from trtwarm.inventory import EntryInfo, Inventory, scan
 from trtwarm.layout import Layout
 from trtwarm.tables import human_age, human_bytes, render, utc
@@ -165,17 +164,9 @@ def _carry_out(ns: argparse.Namespace, inv: Inventory, plan: gclib.Plan, what: s
     return 0
 
 
-def policy_from(ns: argparse.Namespace) -> gclib.Policy:
-    """The gc policy from ``--max-age``, ``--max-bytes``, ``--keep-per-model``, ``--quarantine-grace``."""
-    return gclib.Policy(max_age=parse_duration(ns.max_age) if ns.max_age else None,
-                        max_bytes=parse_size(ns.max_bytes) if ns.max_bytes else None,
-                        keep_per_model=ns.keep_per_model, quarantine_grace=parse_duration(ns.quarantine_grace),
-                        max_remove=ns.max_remove)
-
-
 def cmd_gc(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm gc``: plan by age, byte budget and count per model; execute only when confirmed."""
-    policy = policy_from(ns)
+    policy = gclib.Policy.parse(ns.max_age, ns.max_bytes, ns.keep_per_model, ns.quarantine_grace, ns.max_remove)
     inv = _inventory(ns)
     return _carry_out(ns, inv, gclib.plan(inv, policy), "remove")
 
@@ -224,4 +215,4 @@ def add_parsers(sub: Any, cache_default: str) -> None:
                        help="for the volume's gc lock, as for trtwarm init (%(default)s)")
 
 
-__all__ = ["add_parsers", "cmd_gc", "cmd_ls", "cmd_rm", "cmd_stats", "cmd_verify", "policy_from", "stats"]
+__all__ = ["add_parsers", "cmd_gc", "cmd_ls", "cmd_rm", "cmd_stats", "cmd_verify", "stats"]

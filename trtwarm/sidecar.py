@@ -28,7 +28,7 @@ from prometheus_client.exposition import choose_encoder
 
 from trtwarm import handoff
 from trtwarm import leases as leaselib
-from trtwarm.config import Identity, parse_duration, parse_size
+from trtwarm.config import Identity, parse_duration
 from trtwarm.errors import LockTimeoutError
 from trtwarm.layout import Layout
 from trtwarm.metrics import VolumeWatcher, engine_ready, registry
@@ -186,12 +186,7 @@ def cmd_sidecar(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm sidecar``."""
     from trtwarm import gc as gclib
 
-    policy = None
-    if ns.gc_interval:
-        policy = gclib.Policy(max_age=parse_duration(ns.gc_max_age) if ns.gc_max_age else None,
-                              max_bytes=parse_size(ns.gc_max_bytes) if ns.gc_max_bytes else None,
-                              keep_per_model=ns.gc_keep_per_model,
-                              quarantine_grace=parse_duration(ns.gc_quarantine_grace))
+    policy = gclib.Policy.parse(ns.gc_max_age, ns.gc_max_bytes, ns.gc_keep_per_model, ns.gc_quarantine_grace)
     settings = SidecarSettings(
         cache_dir=Path(ns.cache_dir).absolute(), handoff_dir=Path(ns.handoff_dir).absolute(), port=ns.port,
         bind=ns.bind, scan_interval=parse_duration(ns.scan_interval), lease_interval=parse_duration(ns.lease_interval),
