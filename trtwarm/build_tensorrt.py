@@ -11,6 +11,7 @@ deprecated precision flags; ``OnnxParser.parse_from_file`` (external weights); o
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.util
 import logging
 from importlib import metadata
@@ -23,7 +24,14 @@ from trtwarm.errors import ConfigError, EntryInvalid
 from trtwarm.fsutil import sha256_file
 from trtwarm.model import ModelFacts
 from trtwarm.trt_build import build_plan, capturing_logger
-from trtwarm.trt_compat import ConfigPlan, config_plan, default_precision, load_verdict, parse_version, plan_header
+from trtwarm.trt_compat import (
+    ConfigPlan,
+    config_plan,
+    default_precision,
+    load_verdict,
+    parse_version,
+    plan_header,
+)
 
 log = logging.getLogger("trtwarm.build")
 INSTALL_HINT = ("install TensorRT into this image: pip install 'trtwarm[tensorrt]' (the same TensorRT version as "
@@ -89,9 +97,19 @@ class TensorRTBuilder(Builder):
         cuda = next((part[2:] for part in self._dist.split("-") if part[:2] == "cu" and part[2:].isdigit()), None)
         return {"name": "tensorrt", "version": self._version, "cuda": cuda}
 
+    @functools.cached_property
+    def gpu_info(self) -> gpu.GpuInfo:
+        """This container's GPU, read once through NVML. :raises ConfigError: no GPU visible."""
+        return gpu.current(self.settings.environ)
+
+    @property
+    def version(self) -> str:
+        """The exact TensorRT version."""
+        return self._version
+
     def device(self) -> dict[str, Any]:
         """This container's GPU (or its compatibility class). :raises ConfigError: no GPU visible."""
-        return gpu.key_fields(gpu.current(self.settings.environ), self.settings.hardware_compat)
+        return gpu.key_fields(self.gpu_info, self.settings.hardware_compat)
 
     def trt_fields(self) -> dict[str, Any]:
         """The TensorRT options by name; plugins by content."""
@@ -112,7 +130,7 @@ class TensorRTBuilder(Builder):
 
     def gpu_lock_id(self) -> str:
         """One build at a time per GPU: parallel builds skew TensorRT's tactic timing."""
-        return "gpu-" + gpu.current(self.settings.environ).uuid.lower()
+        return "gpu-" + self.gpu_info.uuid.lower()
 
     def _import(self) -> Any:
         import tensorrt as trt  # imported only to build or load: a digest-verified hit never pays for it
@@ -165,7 +183,8 @@ class TensorRTBuilder(Builder):
         loaded = runtime.deserialize_cuda_engine(engine.read_bytes())
         verdict = load_verdict(logger.records)
         if loaded is None or verdict:
-            raise EntryInvalid(f"does not load in TensorRT {self._version}: {verdict or 'deserialization returned None'}")
+            raise EntryInvalid(f"does not load in TensorRT {self._version}: "
+                               f"{verdict or 'deserialization returned None'}")
         if loaded.create_execution_context() is None:
             raise EntryInvalid(f"TensorRT could not create an execution context: {logger.tail(3)}")
 

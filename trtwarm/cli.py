@@ -112,9 +112,8 @@ def _apply_env(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> N
 def cmd_init(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm init``."""
     from trtwarm import handoff
-    from trtwarm.warm import warm
-
     from trtwarm.events import EventRecorder
+    from trtwarm.warm import warm
 
     settings = Settings.from_namespace(ns, environ)
     ns.settings = settings

@@ -271,5 +271,5 @@ def _listdir(path: Path) -> list[Path]:
         return []
 
 
-__all__ = ["MANIFEST", "MANIFEST_LIMIT", "STALE_STAGING_SECONDS", "EngineStore", "Entry", "check_engine_stat", "check_entry", "read_manifest",
-           "staging_stale"]
+__all__ = ["MANIFEST", "MANIFEST_LIMIT", "STALE_STAGING_SECONDS", "EngineStore", "Entry", "check_engine_stat",
+           "check_entry", "read_manifest", "staging_stale"]

@@ -166,7 +166,7 @@ def build_plan(builder_: Any, trt: Any, logger: Any, model: Path) -> bytes:
         config.progress_monitor = monitor
     from trtwarm.layout import Layout
 
-    cache = TimingCacheFile(Layout(settings.cache_dir), timing_cache_id(builder_._version, builder_.device(), plan))
+    cache = TimingCacheFile(Layout(settings.cache_dir), timing_cache_id(builder_.version, builder_.device(), plan))
     builder_.timing_cache_used = load_timing_cache(config, cache)
     start = time.monotonic()
     serialized = builder.build_serialized_network(net, config)
