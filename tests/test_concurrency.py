@@ -30,8 +30,20 @@ def init_args(model: Path, cache: Path, handoff: Path, command: str, *extra: str
 
 
 def spawn(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(trtwarm_argv(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env_for(env), start_new_session=True)
+    """Start ``trtwarm`` in its own process group; its log goes to a file next to its handoff dir, so a test can
+    wait for what the process says it is doing instead of sleeping and hoping it got there."""
+    handoff = Path(args[args.index("--handoff-dir") + 1])
+    with open(f"{handoff}.log", "w") as log:
+        proc = subprocess.Popen(trtwarm_argv(*args), stdout=subprocess.PIPE, stderr=log, text=True,
+                                env=env_for(env), start_new_session=True)
+    proc.log = Path(f"{handoff}.log")  # type: ignore[attr-defined]
+    return proc
+
+
+def wait_for_log(proc: subprocess.Popen[str], text: str, timeout: float = 60.0) -> None:
+    """Block until *proc* has logged *text*: e.g. a waiter that is provably blocked behind the lock."""
+    wait_for(lambda: text in proc.log.read_text() or proc.poll() is not None, timeout)  # type: ignore[attr-defined]
+    assert text in proc.log.read_text(), proc.log.read_text()  # type: ignore[attr-defined]
 
 
 def wait_for(predicate, timeout: float = 60.0) -> None:  # noqa: ANN001
@@ -42,9 +54,9 @@ def wait_for(predicate, timeout: float = 60.0) -> None:  # noqa: ANN001
 
 
 def finish(proc: subprocess.Popen[str], timeout: float = 120) -> tuple[int, dict, str]:
-    out, err = proc.communicate(timeout=timeout)
+    out, _ = proc.communicate(timeout=timeout)
     last = out.strip().splitlines()[-1] if out.strip() else "{}"
-    return proc.returncode, json.loads(last), err
+    return proc.returncode, json.loads(last), proc.log.read_text()  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("mode", ["flock", "lease"])
@@ -75,7 +87,7 @@ def test_sigkill_of_the_builder_lets_a_waiter_take_over(model: Path, cache: Path
                     env={"POD_NAME": "builder-0", "POD_NAMESPACE": "ml", "NODE_NAME": "gpu-node-7"})
     wait_for(counter.exists)
     waiter = spawn(init_args(model, cache, tmp_path / "h2", command))
-    time.sleep(2.5)  # the waiter logs who it waits for at least twice
+    wait_for_log(waiter, "being built by pod builder-0 on node gpu-node-7")  # blocked behind the builder
     os.killpg(builder.pid, signal.SIGKILL)  # the whole process group: trtwarm and its build command
     builder.wait(timeout=10)
     wait_for(lambda: len(counter.read_text().split()) == 2)  # the waiter took the lock and started its build
@@ -96,7 +108,7 @@ def test_sigkill_in_lease_mode_is_taken_over_after_the_lease_expires(model: Path
     builder = spawn(init_args(model, cache, tmp_path / "h1", command, "--lock-mode", "lease"))
     wait_for(counter.exists)
     waiter = spawn(init_args(model, cache, tmp_path / "h2", command, "--lock-mode", "lease"))
-    time.sleep(1)
+    wait_for_log(waiter, "waiting for")
     os.killpg(builder.pid, signal.SIGKILL)
     builder.wait(timeout=10)
     killed_at = time.monotonic()
@@ -145,7 +157,7 @@ def test_read_only_mode_waits_for_another_builder(model: Path, cache: Path, tmp_
     builder = spawn(init_args(model, cache, tmp_path / "h1", command))
     wait_for(counter.exists)
     reader = spawn(init_args(model, cache, tmp_path / "h2", command, "--read-only"))
-    time.sleep(1)
+    wait_for_log(reader, "--read-only: waiting for another builder")  # it saw the miss and is polling
     gate.unlink()
     code, summary, err = finish(reader)
     assert code == 0, err

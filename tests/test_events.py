@@ -60,8 +60,10 @@ def kubeconfig(path: Path, server: str) -> Path:
 @pytest.fixture
 def api(tmp_path: Path):  # noqa: ANN201
     fake = FakeApi()
+    # A loaded CI machine can take longer than the default 2 s to import the client and send; these tests are about
+    # what is sent, so they allow more. The default budget is exercised by the unreachable-server test below.
     yield fake, {"POD_NAME": "web-0", "POD_NAMESPACE": "ml", "NODE_NAME": "gpu-node-1", "POD_UID": "uid-123",
-                 "KUBECONFIG": str(kubeconfig(tmp_path / "kubeconfig", fake.url))}
+                 "KUBECONFIG": str(kubeconfig(tmp_path / "kubeconfig", fake.url)), "TRTWARM_EVENTS_TIMEOUT": "30s"}
     fake.server.shutdown()
 
 
@@ -84,12 +86,16 @@ def test_waiter_quarantine_and_failure_events(api, model: Path, cache: Path, tmp
     fake, env = api
     gate = tmp_path / "gate"
     gate.touch()
-    gated = f"sh -c 'while [ -e {gate} ]; do sleep 0.05; done; cp {{model}} {{output}}'"
+    started = tmp_path / "started"
+    gated = f"sh -c 'touch {started}; while [ -e {gate} ]; do sleep 0.05; done; cp {{model}} {{output}}'"
     builder_args = cmd_init_args(model, cache, tmp_path / "hb")
     builder_args[builder_args.index("--build-command") + 1] = gated
     builder = subprocess.Popen(trtwarm_argv(*builder_args), env=env_for({**env, "POD_NAME": "builder-0"}),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1.0)
+    deadline = time.monotonic() + 60
+    while not started.exists():  # the builder holds the key's lock before the waiter starts
+        assert time.monotonic() < deadline and builder.poll() is None
+        time.sleep(0.05)
     waiter_args = [*builder_args, "--handoff-dir", str(tmp_path / "hw"), "--progress-interval", "1s"]  # same key
     waiter = subprocess.Popen(trtwarm_argv(*waiter_args), env=env_for(env), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
@@ -120,5 +126,7 @@ def test_an_unreachable_api_server_never_fails_or_stalls_the_init(model: Path, c
     run = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h"), env=env)
     took = time.monotonic() - start
     assert run.returncode == 0 and run.summary["result"] == "built"
-    assert run.stderr.count("cannot record Kubernetes events") == 1
+    # One warning: the refused connection, or (on a CPU-starved machine) the 2 s budget running out first.
+    warnings = run.stderr.count("cannot record Kubernetes events") + run.stderr.count("Kubernetes events not sent")
+    assert warnings == 1, run.stderr
     assert "Traceback" not in run.stderr and took < 10

@@ -226,7 +226,10 @@ def test_ls_and_stats_report_use_size_and_status(three: list[dict], model: Path,
 
 def test_staging_of_a_killed_builder_not_yet_reaped_is_stale(three: list[dict], cache: Path) -> None:
     zombie = subprocess.Popen(["true"])  # exits at once; not waited for, so it stays a zombie meanwhile
-    time.sleep(0.3)
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{zombie.pid}/stat").read_text().split(") ")[1][0] != "Z":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
     host = sanitize(os.uname().nodename, 32).replace(".", "-")
     staging = cache / ".staging" / f"{three[0]['key']}.{host}.{zombie.pid}.dead"
     staging.mkdir(parents=True)

@@ -71,7 +71,7 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         key.add_argument("--explain", action="store_true", help="on a miss, list the key fields that differ from "
                          "the entries of the same model on the volume")
     key.set_defaults(func=cmd_key, handoff_dir=str(DEFAULT_HANDOFF_DIR), lock_timeout="1h", lock_mode="auto",
-                     progress_interval="10s", read_only=False, verify="digest")
+                     progress_interval="10s", read_only=False, verify="digest", events_timeout="2s")
     if only in (None, "sidecar"):
         from trtwarm.sidecar import add_parser
 
@@ -97,6 +97,8 @@ def _init_only_flags(init: argparse.ArgumentParser) -> None:
     init.add_argument("--lock-mode", default="auto", choices=["auto", "flock", "lease"])
     init.add_argument("--progress-interval", default="10s", help="seconds between progress lines (%(default)s)")
     init.add_argument("--read-only", action="store_true", help="never build; wait for another builder's entry")
+    init.add_argument("--events-timeout", default="2s", help="longest wait at exit for Kubernetes Events to be sent "
+                      "(%(default)s)")
     init.add_argument("--verify", default="digest", choices=["digest", "load"], help="check on a hit (%(default)s)")
     init.add_argument("--triton-repo", help="also lay out a Triton model repository here")
     init.add_argument("--triton-model", help="the model's name in --triton-repo")
@@ -124,7 +126,7 @@ def cmd_init(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
         events.emit("EngineBuildFailed", exc.message, "Warning")
         raise
     finally:
-        events.close()
+        events.close(settings.events_timeout)
     log.info("%s %s in %.3f s: %s", report.result, report.name, report.seconds["total"], report.path)
     summary = report.summary()
     handoff.termination_message(settings.termination_log, summary)

@@ -2,8 +2,8 @@
 
 Enabled when ``POD_NAME`` and ``POD_NAMESPACE`` are set (the downward API), the ``kubernetes`` package is
 installed and a configuration is found (in-cluster service account, else ``KUBECONFIG``). Events are sent from a
-background thread so they never slow the init; :meth:`EventRecorder.close` waits for the queue at most
-``timeout`` seconds. Any failure (no RBAC, unreachable API server) is logged once and disables further events: it
+background thread, started (and the client imported) as soon as the recorder exists, so that work overlaps the
+init's; :meth:`EventRecorder.close` waits for the queue at most ``timeout`` seconds and logs what it drops. Any failure (no RBAC, unreachable API server) is logged once and disables further events: it
 never fails the init.
 """
 
@@ -46,21 +46,34 @@ class EventRecorder:
         self.enabled = bool(identity.pod and identity.namespace and importlib.util.find_spec("kubernetes"))
         self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
-
-    def emit(self, reason: str, message: str, kind: str = "Normal") -> None:
-        """Queue one Event (``kind``: ``Normal`` or ``Warning``)."""
-        if not self.enabled:
-            return
-        self._queue.put(event_body(self.identity, reason, message, kind, self.uid))
-        if self._thread is None:
+        self._queued = False
+        self._warn_lock = threading.Lock()
+        if self.enabled:  # importing the client and reading its config take ~0.5 s of CPU: do it alongside the init
             self._thread = threading.Thread(target=self._send_all, name="trtwarm-events", daemon=True)
             self._thread.start()
 
+    def emit(self, reason: str, message: str, kind: str = "Normal") -> None:
+        """Queue one Event (``kind``: ``Normal`` or ``Warning``)."""
+        if self.enabled:
+            self._queued = True
+            self._queue.put(event_body(self.identity, reason, message, kind, self.uid))
+
     def close(self, timeout: float = REQUEST_TIMEOUT) -> None:
-        """Wait up to *timeout* seconds for queued Events to be sent; the rest are dropped."""
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join(timeout)
+        """Wait up to *timeout* seconds for queued Events to be sent; the rest are dropped, with one log line."""
+        if self._thread is None or not self._queued:  # nothing to send: don't wait for the client to load
+            return
+        self._queue.put(None)
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self._disable("Kubernetes events not sent within %.0f s were dropped (API server slow, or CPU starved); "
+                          "the init's result is unaffected", timeout)
+
+    def _disable(self, message: str, *args: Any) -> None:
+        """Stop sending and log *message*, once: the sender's failure and close's timeout may race."""
+        with self._warn_lock:
+            if self.enabled:
+                self.enabled = False
+                log.warning(message, *args)
 
     def _api(self) -> Any:
         from kubernetes import client, config
@@ -81,10 +94,9 @@ class EventRecorder:
             while (body := self._queue.get()) is not None:
                 api.create_namespaced_event(self.identity.namespace, body, _request_timeout=REQUEST_TIMEOUT)
         except (ApiException, ConfigException, HTTPError, OSError, ValueError) as exc:
-            self.enabled = False
-            log.warning("cannot record Kubernetes events (%s); continuing without them (grant `create` on "
-                        "`events` to the Pod's service account to see them in `kubectl describe pod`)",
-                        _short(exc))
+            self._disable("cannot record Kubernetes events (%s); continuing without them (grant `create` on "
+                          "`events` to the Pod's service account to see them in `kubectl describe pod`)",
+                          _short(exc))
 
 
 def _short(exc: BaseException) -> str:
