@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from conftest import run_trtwarm
+from conftest import env_for, run_trtwarm, trtwarm_argv
 from trtwarm import gpu
 from trtwarm.errors import ConfigError
+from trtwarm.warm import wait_message
 
 H200 = gpu.GpuInfo("GPU-5a1c0f2e-0000-1111-2222-333344445555", "NVIDIA H200", (9, 0), 150754820096,
                    "00000000:19:00.0", None, "580.159.03", 13000)
@@ -90,3 +93,46 @@ def test_real_nvml_identity(model: Path, tmp_path: Path) -> None:
     device = json.loads(run.stdout)["document"]["device"]
     print("key device section:", json.dumps(device))
     assert device == gpu.key_fields(chosen) and chosen.uuid not in run.stdout
+
+
+def test_a_wait_on_the_gpu_lock_names_the_other_engine_not_this_one() -> None:
+    owner = {"pod": "bert-0", "node": "gpu-node-3", "label": "bert_H200_trt10_fp16--0123abcd", "started": time.time()}
+    key_wait = wait_message("resnet50_H200_trt10_fp16--89ab", owner)
+    gpu_wait = wait_message("resnet50_H200_trt10_fp16--89ab", owner, gpu.lock_id(H200))
+    assert key_wait.startswith("waiting for resnet50_H200_trt10_fp16--89ab: being built by pod bert-0 on node gpu-node-3")
+    assert f"the GPU ({H200.uuid.lower()})" in gpu_wait and "bert_H200_trt10_fp16--0123abcd is being built on it" in gpu_wait
+    assert "another engine is being built" in wait_message("m", None, "gpu-x")
+
+
+@pytest.mark.gpu
+@needs_gpu
+def test_two_keys_on_one_gpu_build_one_after_the_other(model: Path, tmp_path: Path) -> None:
+    """The command builder (e.g. trtexec) on a GPU holds the per-GPU build lock, as the TensorRT builder does."""
+    gate, staging = tmp_path / "gate", tmp_path / "cache" / ".staging"
+    gate.touch()
+    command = f"sh -c 'while [ -e {gate} ]; do sleep 0.05; done; cp {{model}} {{output}}'"
+
+    def init(variant: str) -> subprocess.Popen[str]:
+        args = ["init", "--builder", "command", "--builder-version", "t", "--build-command", command, "--device", "gpu",
+                "--model", str(model), "--cache-dir", str(tmp_path / "cache"), "--handoff-dir", str(tmp_path / variant),
+                "--key-extra", f"variant={variant}", "--progress-interval", "1s"]
+        with open(tmp_path / f"{variant}.log", "w") as log:
+            return subprocess.Popen(trtwarm_argv(*args), env=env_for({"POD_NAME": f"pod-{variant}"}),
+                                    stdout=subprocess.PIPE, stderr=log, text=True)
+
+    def wait_until(predicate) -> None:  # noqa: ANN001
+        deadline = time.monotonic() + 60
+        while not predicate():
+            assert time.monotonic() < deadline, (tmp_path / "a.log").read_text() + (tmp_path / "b.log").read_text()
+            time.sleep(0.05)
+
+    first = init("a")
+    wait_until(lambda: staging.is_dir() and any(staging.iterdir()))
+    second = init("b")
+    wait_until(lambda: "waiting for the GPU (gpu-" in (tmp_path / "b.log").read_text())
+    assert len(list(staging.iterdir())) == 1  # the second key's build has not started
+    gate.unlink()
+    assert first.wait(60) == 0 and second.wait(60) == 0
+    log_b = (tmp_path / "b.log").read_text()
+    print(log_b)
+    assert "being built on it by pod pod-a" in log_b and json.loads(second.stdout.read())["result"] == "built"

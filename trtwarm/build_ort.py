@@ -71,6 +71,10 @@ class OrtBuilder(Builder):
             return cpu_fields()
         return gpu.key_fields(gpu.current(self.settings.environ))
 
+    def gpu_lock_id(self) -> str | None:
+        """With the TensorRT EP, one build at a time per GPU, as for the TensorRT builder (tactic timing)."""
+        return gpu.lock_id(gpu.current(self.settings.environ)) if self.epcontext else None
+
     def _providers(self) -> list[Any]:
         """The provider list; the TensorRT EP gets its optimization profile from ``--shape``."""
         provider = self._provider()

@@ -130,7 +130,7 @@ class TensorRTBuilder(Builder):
 
     def gpu_lock_id(self) -> str:
         """One build at a time per GPU: parallel builds skew TensorRT's tactic timing."""
-        return "gpu-" + self.gpu_info.uuid.lower()
+        return gpu.lock_id(self.gpu_info)
 
     def _import(self) -> Any:
         import tensorrt as trt  # imported only to build or load: a digest-verified hit never pays for it

@@ -49,10 +49,15 @@ class Builder(ABC):
 
     def device(self) -> dict[str, Any]:
         """Return the key's ``device`` section (``--device auto``: the GPU when NVML sees one, else the CPU)."""
+        chosen = self.chosen_gpu()
+        return devices.cpu_fields() if chosen is None else gpu.key_fields(chosen, self.settings.hardware_compat)
+
+    def chosen_gpu(self) -> gpu.GpuInfo | None:
+        """The GPU ``--device`` selects (None: the CPU). :raises ConfigError: ``--device gpu`` and none visible."""
         choice = self.settings.device
         if choice == "cpu" or (choice == "auto" and not gpu.detect()):
-            return devices.cpu_fields()
-        return gpu.key_fields(gpu.current(self.settings.environ), self.settings.hardware_compat)
+            return None
+        return gpu.current(self.settings.environ)
 
     @property
     def precision(self) -> str:

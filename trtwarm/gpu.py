@@ -158,6 +158,11 @@ def detect() -> list[GpuInfo]:
         nvml.nvmlShutdown()
 
 
+def lock_id(info: GpuInfo) -> str:
+    """The per-GPU build lock's id: the lower-cased UUID (``gpu-…``, or ``mig-…`` for a MIG instance)."""
+    return info.uuid.lower()
+
+
 def current(environ: Mapping[str, str]) -> GpuInfo:
     """Detect and select this container's GPU. :raises ConfigError: none visible (exit 2)."""
     gpus = detect()
@@ -167,4 +172,4 @@ def current(environ: Mapping[str, str]) -> GpuInfo:
     return select(gpus, environ)
 
 
-__all__ = ["GpuInfo", "current", "detect", "key_fields", "mig_profile", "select"]
+__all__ = ["GpuInfo", "current", "detect", "key_fields", "lock_id", "mig_profile", "select"]

@@ -172,14 +172,24 @@ def build_and_publish(plan: Plan) -> Entry:
     return entry
 
 
-def _on_wait(plan: Plan) -> Callable[[float, dict[str, Any] | None], None]:
+def wait_message(name: str, owner: dict[str, Any] | None, gpu_lock: str | None = None) -> str:
+    """What a blocked init says: whose build of *name* it waits for, or, on the GPU's lock, which other engine."""
+    if gpu_lock is None:
+        return f"waiting for {name}: being built by {describe_owner(owner)}"
+    other = (owner or {}).get("label") or "another engine"
+    return f"waiting for the GPU ({gpu_lock}) to build {name}: {other} is being built on it by {describe_owner(owner)}"
+
+
+def _on_wait(plan: Plan, gpu_lock: str | None = None) -> Callable[[float, dict[str, Any] | None], None]:
+    """Progress lines, and one Event, while blocked on the key's lock or on the GPU's (builds on one GPU are
+    serialized: parallel builds skew TensorRT's tactic timing)."""
     said = []
 
     def report(elapsed: float, owner: dict[str, Any] | None) -> None:
-        log.info("waiting for %s: being built by %s (%.0f s waited)", plan.label, describe_owner(owner), elapsed)
+        log.info("%s (%.0f s waited)", wait_message(plan.label, owner, gpu_lock), elapsed)
         if not said:
             said.append(True)
-            plan.emit("WaitingForEngineBuild", f"waiting for {plan.name}: being built by {describe_owner(owner)}")
+            plan.emit("WaitingForEngineBuild", wait_message(plan.name, owner, gpu_lock))
 
     return report
 
@@ -196,7 +206,8 @@ def _single_flight(plan: Plan) -> tuple[Entry | None, str]:
             log.info("building %s (lock mode %s)", plan.label, lock.mode)
             gpu_lock = plan.builder.gpu_lock_id()
             with (BuildLock(plan.layout, gpu_lock, s.identity, mode=s.lock_mode, timeout=s.lock_timeout,
-                            on_wait=_on_wait(plan), progress=s.progress_interval) if gpu_lock else
+                            on_wait=_on_wait(plan, gpu_lock), progress=s.progress_interval, label=plan.name)
+                  if gpu_lock else
                   contextlib.nullcontext()):
                 return build_and_publish(plan), "built"
     # An entry appears only whole (one rename), so its presence under the lock ends the wait. It is verified after
@@ -280,4 +291,4 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
     return report
 
 
-__all__ = ["Plan", "build_and_publish", "resolve", "ticker", "warm"]
+__all__ = ["Plan", "build_and_publish", "resolve", "ticker", "wait_message", "warm"]
