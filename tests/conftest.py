@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,32 @@ def env_for(extra: dict[str, str] | None = None) -> dict[str, str]:
 def trtwarm_argv(*args: str) -> list[str]:
     """argv that runs the trtwarm CLI from this checkout."""
     return [sys.executable, "-m", "trtwarm", *args]
+
+
+def wait_until(predicate, timeout: float = 30, what: str = "condition") -> None:  # noqa: ANN001
+    """Poll *predicate* until it is true; fail the test after *timeout* seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"{what} not reached within {timeout} s"
+        time.sleep(0.05)
+
+
+def spawn(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """Start ``trtwarm ARGS`` (which has ``--handoff-dir``) in its own process group, its log in ``<handoff>.log``, so
+    a test can wait for what the process says it is doing instead of sleeping and hoping it got there."""
+    log_path = Path(f"{args[args.index('--handoff-dir') + 1]}.log")
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(trtwarm_argv(*args), stdout=subprocess.PIPE, stderr=log, text=True,
+                                env=env_for(env), start_new_session=True)
+    proc.log = log_path  # type: ignore[attr-defined]
+    return proc
+
+
+def wait_for_log(proc: subprocess.Popen[str], text: str, timeout: float = 60.0) -> None:
+    """Block until *proc* (from :func:`spawn`) has logged *text*: e.g. a waiter provably blocked behind a lock."""
+    log_path: Path = proc.log  # type: ignore[attr-defined]
+    wait_until(lambda: text in log_path.read_text() or proc.poll() is not None, timeout, f"log line {text!r}")
+    assert text in log_path.read_text(), log_path.read_text()
 
 
 def run_trtwarm(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> Run:

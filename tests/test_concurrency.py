@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import debris, entries, env_for, run_trtwarm, trtwarm_argv
+from conftest import debris, entries, run_trtwarm, spawn, wait_for_log, wait_until
 from trtwarm.store import check_entry
 
 pytestmark = pytest.mark.concurrency
@@ -29,30 +29,6 @@ def init_args(model: Path, cache: Path, handoff: Path, command: str, *extra: str
             "--progress-interval", "1s", *extra]
 
 
-def spawn(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    """Start ``trtwarm`` in its own process group; its log goes to a file next to its handoff dir, so a test can
-    wait for what the process says it is doing instead of sleeping and hoping it got there."""
-    handoff = Path(args[args.index("--handoff-dir") + 1])
-    with open(f"{handoff}.log", "w") as log:
-        proc = subprocess.Popen(trtwarm_argv(*args), stdout=subprocess.PIPE, stderr=log, text=True,
-                                env=env_for(env), start_new_session=True)
-    proc.log = Path(f"{handoff}.log")  # type: ignore[attr-defined]
-    return proc
-
-
-def wait_for_log(proc: subprocess.Popen[str], text: str, timeout: float = 60.0) -> None:
-    """Block until *proc* has logged *text*: e.g. a waiter that is provably blocked behind the lock."""
-    wait_for(lambda: text in proc.log.read_text() or proc.poll() is not None, timeout)  # type: ignore[attr-defined]
-    assert text in proc.log.read_text(), proc.log.read_text()  # type: ignore[attr-defined]
-
-
-def wait_for(predicate, timeout: float = 60.0) -> None:  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
-
-
 def finish(proc: subprocess.Popen[str], timeout: float = 120) -> tuple[int, dict, str]:
     out, _ = proc.communicate(timeout=timeout)
     last = out.strip().splitlines()[-1] if out.strip() else "{}"
@@ -65,7 +41,7 @@ def test_storm_of_16_inits_builds_exactly_once(model: Path, cache: Path, tmp_pat
     gate.touch()
     command = gated_command(counter, gate)
     procs = [spawn(init_args(model, cache, tmp_path / f"h{i}", command, "--lock-mode", mode)) for i in range(16)]
-    wait_for(counter.exists)
+    wait_until(counter.exists, timeout=60)
     time.sleep(1.0)  # let the others pile up behind the lock
     gate.unlink()
     results = [finish(p) for p in procs]
@@ -85,12 +61,13 @@ def test_sigkill_of_the_builder_lets_a_waiter_take_over(model: Path, cache: Path
     command = gated_command(counter, gate)
     builder = spawn(init_args(model, cache, tmp_path / "h1", command),
                     env={"POD_NAME": "builder-0", "POD_NAMESPACE": "ml", "NODE_NAME": "gpu-node-7"})
-    wait_for(counter.exists)
+    wait_until(counter.exists, timeout=60)
     waiter = spawn(init_args(model, cache, tmp_path / "h2", command))
     wait_for_log(waiter, "being built by pod builder-0 on node gpu-node-7")  # blocked behind the builder
     os.killpg(builder.pid, signal.SIGKILL)  # the whole process group: trtwarm and its build command
     builder.wait(timeout=10)
-    wait_for(lambda: len(counter.read_text().split()) == 2)  # the waiter took the lock and started its build
+    # the waiter took the lock and started its build
+    wait_until(lambda: len(counter.read_text().split()) == 2, timeout=60)
     gate.unlink()
     code, summary, err = finish(waiter)
     assert code == 0, err
@@ -106,13 +83,13 @@ def test_sigkill_in_lease_mode_is_taken_over_after_the_lease_expires(model: Path
     gate.touch()
     command = gated_command(counter, gate)
     builder = spawn(init_args(model, cache, tmp_path / "h1", command, "--lock-mode", "lease"))
-    wait_for(counter.exists)
+    wait_until(counter.exists, timeout=60)
     waiter = spawn(init_args(model, cache, tmp_path / "h2", command, "--lock-mode", "lease"))
     wait_for_log(waiter, "waiting for")
     os.killpg(builder.pid, signal.SIGKILL)
     builder.wait(timeout=10)
     killed_at = time.monotonic()
-    wait_for(lambda: len(counter.read_text().split()) == 2, timeout=90)
+    wait_until(lambda: len(counter.read_text().split()) == 2, timeout=90)
     gate.unlink()
     code, summary, err = finish(waiter)
     assert code == 0, err
@@ -125,7 +102,7 @@ def test_inits_for_different_keys_do_not_block_each_other(model: Path, cache: Pa
     gate.touch()
     command = gated_command(counter, gate)
     slow = spawn(init_args(model, cache, tmp_path / "h1", command, "--key-extra", "variant=a"))
-    wait_for(counter.exists)
+    wait_until(counter.exists, timeout=60)
     other_gate_free = gated_command(tmp_path / "builds-b", tmp_path / "no-gate")
     fast = run_trtwarm(*init_args(model, cache, tmp_path / "h2", other_gate_free, "--key-extra", "variant=b"),
                        timeout=60)
@@ -142,7 +119,7 @@ def test_lock_timeout_exits_5_naming_the_holder(model: Path, cache: Path, tmp_pa
     gate.touch()
     command = gated_command(counter, gate)
     holder = spawn(init_args(model, cache, tmp_path / "h1", command), env={"POD_NAME": "big-build-0"})
-    wait_for(counter.exists)
+    wait_until(counter.exists, timeout=60)
     late = run_trtwarm(*init_args(model, cache, tmp_path / "h2", command, "--lock-timeout", "2s"))
     gate.unlink()
     assert late.returncode == 5, late.stderr
@@ -155,7 +132,7 @@ def test_read_only_mode_waits_for_another_builder(model: Path, cache: Path, tmp_
     gate.touch()
     command = gated_command(counter, gate)
     builder = spawn(init_args(model, cache, tmp_path / "h1", command))
-    wait_for(counter.exists)
+    wait_until(counter.exists, timeout=60)
     reader = spawn(init_args(model, cache, tmp_path / "h2", command, "--read-only"))
     wait_for_log(reader, "--read-only: waiting for another builder")  # it saw the miss and is polling
     gate.unlink()

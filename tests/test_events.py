@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cmd_init_args, env_for, run_trtwarm, trtwarm_argv
+from conftest import cmd_init_args, env_for, run_trtwarm, trtwarm_argv, wait_until
 
 pytest.importorskip("kubernetes", reason="the optional kubernetes client is not installed (pip install '.[test]')")
 
@@ -92,17 +92,12 @@ def test_waiter_quarantine_and_failure_events(api, model: Path, cache: Path, tmp
     builder_args[builder_args.index("--build-command") + 1] = gated
     builder = subprocess.Popen(trtwarm_argv(*builder_args), env=env_for({**env, "POD_NAME": "builder-0"}),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not started.exists():  # the builder holds the key's lock before the waiter starts
-        assert time.monotonic() < deadline and builder.poll() is None
-        time.sleep(0.05)
+    wait_until(lambda: started.exists() or builder.poll() is not None, timeout=60)
+    assert started.exists(), "the builder exited before building"  # it holds the key's lock before the waiter starts
     waiter_args = [*builder_args, "--handoff-dir", str(tmp_path / "hw"), "--progress-interval", "1s"]  # same key
     waiter = subprocess.Popen(trtwarm_argv(*waiter_args), env=env_for(env), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    while "WaitingForEngineBuild" not in fake.reasons():
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    wait_until(lambda: "WaitingForEngineBuild" in fake.reasons(), what="WaitingForEngineBuild")
     gate.unlink()
     assert builder.wait(60) == 0 and waiter.wait(60) == 0
     waiting = next(e for e in fake.events if e["reason"] == "WaitingForEngineBuild")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import env_for, run_trtwarm, trtwarm_argv
+from conftest import run_trtwarm, spawn, wait_for_log, wait_until
 from trtwarm import gpu
 from trtwarm.errors import ConfigError
 from trtwarm.warm import wait_message
@@ -99,8 +99,10 @@ def test_a_wait_on_the_gpu_lock_names_the_other_engine_not_this_one() -> None:
     owner = {"pod": "bert-0", "node": "gpu-node-3", "label": "bert_H200_trt10_fp16--0123abcd", "started": time.time()}
     key_wait = wait_message("resnet50_H200_trt10_fp16--89ab", owner)
     gpu_wait = wait_message("resnet50_H200_trt10_fp16--89ab", owner, gpu.lock_id(H200))
-    assert key_wait.startswith("waiting for resnet50_H200_trt10_fp16--89ab: being built by pod bert-0 on node gpu-node-3")
-    assert f"the GPU ({H200.uuid.lower()})" in gpu_wait and "bert_H200_trt10_fp16--0123abcd is being built on it" in gpu_wait
+    assert key_wait.startswith("waiting for resnet50_H200_trt10_fp16--89ab: being built by pod bert-0 on node "
+                               "gpu-node-3")
+    assert f"the GPU ({H200.uuid.lower()})" in gpu_wait
+    assert "bert_H200_trt10_fp16--0123abcd is being built on it" in gpu_wait
     assert "another engine is being built" in wait_message("m", None, "gpu-x")
 
 
@@ -113,26 +115,18 @@ def test_two_keys_on_one_gpu_build_one_after_the_other(model: Path, tmp_path: Pa
     command = f"sh -c 'while [ -e {gate} ]; do sleep 0.05; done; cp {{model}} {{output}}'"
 
     def init(variant: str) -> subprocess.Popen[str]:
-        args = ["init", "--builder", "command", "--builder-version", "t", "--build-command", command, "--device", "gpu",
-                "--model", str(model), "--cache-dir", str(tmp_path / "cache"), "--handoff-dir", str(tmp_path / variant),
-                "--key-extra", f"variant={variant}", "--progress-interval", "1s"]
-        with open(tmp_path / f"{variant}.log", "w") as log:
-            return subprocess.Popen(trtwarm_argv(*args), env=env_for({"POD_NAME": f"pod-{variant}"}),
-                                    stdout=subprocess.PIPE, stderr=log, text=True)
-
-    def wait_until(predicate) -> None:  # noqa: ANN001
-        deadline = time.monotonic() + 60
-        while not predicate():
-            assert time.monotonic() < deadline, (tmp_path / "a.log").read_text() + (tmp_path / "b.log").read_text()
-            time.sleep(0.05)
+        return spawn(["init", "--builder", "command", "--builder-version", "t", "--build-command", command,
+                      "--device", "gpu", "--model", str(model), "--cache-dir", str(tmp_path / "cache"),
+                      "--handoff-dir", str(tmp_path / variant), "--key-extra", f"variant={variant}",
+                      "--progress-interval", "1s"], env={"POD_NAME": f"pod-{variant}"})
 
     first = init("a")
-    wait_until(lambda: staging.is_dir() and any(staging.iterdir()))
+    wait_until(lambda: staging.is_dir() and any(staging.iterdir()), timeout=60, what="first build started")
     second = init("b")
-    wait_until(lambda: "waiting for the GPU (gpu-" in (tmp_path / "b.log").read_text())
+    wait_for_log(second, "waiting for the GPU (gpu-")
     assert len(list(staging.iterdir())) == 1  # the second key's build has not started
     gate.unlink()
     assert first.wait(60) == 0 and second.wait(60) == 0
-    log_b = (tmp_path / "b.log").read_text()
+    log_b = second.log.read_text()  # type: ignore[attr-defined]
     print(log_b)
     assert "being built on it by pod pod-a" in log_b and json.loads(second.stdout.read())["result"] == "built"

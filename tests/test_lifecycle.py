@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cmd_init_args, entries, run_trtwarm
+from conftest import cmd_init_args, entries, run_trtwarm, wait_until
 from trtwarm.key import sanitize
 from trtwarm.store import check_entry
 
@@ -111,10 +111,7 @@ def test_gc_never_touches_a_build_in_progress(model: Path, cache: Path, tmp_path
             "--model", str(model), "--cache-dir", str(cache), "--handoff-dir", str(tmp_path / "hb")]
     proc = subprocess.Popen([sys.executable, "-m", "trtwarm", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    deadline = time.monotonic() + 30
-    while not any((cache / ".staging").glob("*")) if (cache / ".staging").is_dir() else True:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(lambda: (cache / ".staging").is_dir() and any((cache / ".staging").iterdir()), what="build started")
     listing = run_trtwarm("ls", "--cache-dir", str(cache))
     assert "building" in listing.stdout and "1 building" in listing.stdout
     gc = run_trtwarm("gc", "--cache-dir", str(cache), "--max-age", "0s", "--max-bytes", "0", "--yes")
@@ -228,10 +225,7 @@ def test_ls_and_stats_report_use_size_and_status(three: list[dict], model: Path,
 
 def test_staging_of_a_killed_builder_not_yet_reaped_is_stale(three: list[dict], cache: Path) -> None:
     zombie = subprocess.Popen(["true"])  # exits at once; not waited for, so it stays a zombie meanwhile
-    deadline = time.monotonic() + 30
-    while Path(f"/proc/{zombie.pid}/stat").read_text().split(") ")[1][0] != "Z":
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(lambda: Path(f"/proc/{zombie.pid}/stat").read_text().split(") ")[1][0] == "Z", what="zombie")
     host = sanitize(os.uname().nodename, 32).replace(".", "-")
     staging = cache / ".staging" / f"{three[0]['key']}.{host}.{zombie.pid}.dead"
     staging.mkdir(parents=True)

@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from conftest import env_for
+from conftest import env_for, wait_until
 from k8s import ROOT, container, objects, pod_spec, render
-from test_sidecar import free_port, get, wait_until
+from test_sidecar import free_port, get
 from trtwarm.demo import make_model
 from trtwarm.store import check_entry
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, cmd_init_args, env_for, run_trtwarm, trtwarm_argv
+from conftest import ROOT, cmd_init_args, env_for, run_trtwarm, trtwarm_argv, wait_until
 
 pytestmark = pytest.mark.concurrency
 
@@ -36,13 +36,6 @@ def get(url: str, timeout: float = 10) -> tuple[int, str]:
             return resp.status, resp.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
-
-
-def wait_until(predicate, timeout: float = 30, what: str = "condition") -> None:  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} not reached within {timeout} s"
-        time.sleep(0.1)
 
 
 class SidecarProc:

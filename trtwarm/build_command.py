@@ -15,7 +15,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from trtwarm import gpu
 from trtwarm.builders import Builder
 from trtwarm.errors import BuildError, ConfigError
 from trtwarm.model import ModelFacts
@@ -51,11 +50,6 @@ class CommandBuilder(Builder):
             raise ConfigError("--builder command needs --builder-version", hint="give the tool's exact version, e.g. "
                               "--builder-version trtexec-10.13.0.35, so a new version never reuses an old engine")
         return {"name": "command", "version": self.settings.builder_version, "command": self.settings.build_command}
-
-    def gpu_lock_id(self) -> str | None:
-        """On a GPU (e.g. ``trtexec``), one build at a time per GPU, as for the TensorRT builder."""
-        chosen = self.chosen_gpu()
-        return None if chosen is None else gpu.lock_id(chosen)
 
     def build(self, model: Path, facts: ModelFacts, staging: Path) -> Path:
         """Run the command with its placeholders filled; return the output file."""

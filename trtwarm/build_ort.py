@@ -8,6 +8,7 @@ end to end.
 
 from __future__ import annotations
 
+import functools
 import logging
 from importlib import metadata
 from pathlib import Path
@@ -63,17 +64,22 @@ class OrtBuilder(Builder):
         return {"name": "onnxruntime", "version": version, "distribution": dist,
                 "provider": self._provider(), "graph_optimization": "all"}
 
+    @functools.cached_property
+    def gpu_info(self) -> gpu.GpuInfo | None:
+        """None for the CPU provider, else this container's GPU. :raises ConfigError: no GPU visible."""
+        return None if self.settings.ort_provider == "cpu" else gpu.current(self.settings.environ)
+
     def device(self) -> dict[str, Any]:
-        """The CPU for the CPU provider, else this container's GPU."""
-        if self.settings.ort_provider == "cpu":
+        """The CPU for the CPU provider, else this container's GPU (never a TensorRT compatibility class)."""
+        if self.gpu_info is None:
             from trtwarm.device import cpu_fields
 
             return cpu_fields()
-        return gpu.key_fields(gpu.current(self.settings.environ))
+        return gpu.key_fields(self.gpu_info)
 
     def gpu_lock_id(self) -> str | None:
-        """With the TensorRT EP, one build at a time per GPU, as for the TensorRT builder (tactic timing)."""
-        return gpu.lock_id(gpu.current(self.settings.environ)) if self.epcontext else None
+        """Only the TensorRT EP's builds are serialised per GPU (tactic timing); CUDA EP ones run side by side."""
+        return super().gpu_lock_id() if self.epcontext else None
 
     def _providers(self) -> list[Any]:
         """The provider list; the TensorRT EP gets its optimization profile from ``--shape``."""

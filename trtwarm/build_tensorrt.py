@@ -99,17 +99,13 @@ class TensorRTBuilder(Builder):
 
     @functools.cached_property
     def gpu_info(self) -> gpu.GpuInfo:
-        """This container's GPU, read once through NVML. :raises ConfigError: no GPU visible."""
+        """This container's GPU whatever ``--device`` says, read once through NVML. :raises ConfigError: none."""
         return gpu.current(self.settings.environ)
 
     @property
     def version(self) -> str:
         """The exact TensorRT version."""
         return self._version
-
-    def device(self) -> dict[str, Any]:
-        """This container's GPU (or its compatibility class). :raises ConfigError: no GPU visible."""
-        return gpu.key_fields(self.gpu_info, self.settings.hardware_compat)
 
     def trt_fields(self) -> dict[str, Any]:
         """The TensorRT options by name; plugins by content."""
@@ -127,10 +123,6 @@ class TensorRTBuilder(Builder):
             raise ConfigError(f"--plugin {path}: {exc.strerror}", hint="mount the plugin library into the "
                               "init container") from exc
         return {"name": path.name, "sha256": digest, "bytes": size}
-
-    def gpu_lock_id(self) -> str:
-        """One build at a time per GPU: parallel builds skew TensorRT's tactic timing."""
-        return gpu.lock_id(self.gpu_info)
 
     def _import(self) -> Any:
         import tensorrt as trt  # imported only to build or load: a digest-verified hit never pays for it

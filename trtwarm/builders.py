@@ -8,6 +8,7 @@ so ``--builder command`` never imports onnxruntime and a hit never imports Tenso
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 from abc import ABC, abstractmethod
@@ -47,17 +48,20 @@ class Builder(ABC):
     def identity(self) -> dict[str, Any]:
         """Return the key's ``builder`` section: name and exact versions. :raises ConfigError: not usable here."""
 
-    def device(self) -> dict[str, Any]:
-        """Return the key's ``device`` section (``--device auto``: the GPU when NVML sees one, else the CPU)."""
-        chosen = self.chosen_gpu()
-        return devices.cpu_fields() if chosen is None else gpu.key_fields(chosen, self.settings.hardware_compat)
-
-    def chosen_gpu(self) -> gpu.GpuInfo | None:
-        """The GPU ``--device`` selects (None: the CPU). :raises ConfigError: ``--device gpu`` and none visible."""
+    @functools.cached_property
+    def gpu_info(self) -> gpu.GpuInfo | None:
+        """The GPU this build runs on, read once through NVML (None: the CPU). Default: the one ``--device`` selects
+        (``auto``: the GPU when NVML sees one). :raises ConfigError: a GPU is required and none is visible."""
         choice = self.settings.device
-        if choice == "cpu" or (choice == "auto" and not gpu.detect()):
+        if choice == "cpu":
             return None
-        return gpu.current(self.settings.environ)
+        gpus = gpu.detect()
+        return None if choice == "auto" and not gpus else gpu.current(self.settings.environ, gpus)
+
+    def device(self) -> dict[str, Any]:
+        """Return the key's ``device`` section: :attr:`gpu_info`'s product (or compatibility class), else the CPU."""
+        info = self.gpu_info
+        return devices.cpu_fields() if info is None else gpu.key_fields(info, self.settings.hardware_compat)
 
     @property
     def precision(self) -> str:
@@ -119,8 +123,9 @@ class Builder(ABC):
         return {}
 
     def gpu_lock_id(self) -> str | None:
-        """An id for the per-GPU build lock (builds on one GPU are serialised), or None for no such lock."""
-        return None
+        """An id for the per-GPU build lock, or None for no such lock. Default: builds on a GPU (TensorRT, or e.g.
+        ``trtexec`` through the command builder) are serialised per GPU, since parallel builds skew tactic timing."""
+        return None if self.gpu_info is None else gpu.lock_id(self.gpu_info)
 
 
 def get_builder(settings: Settings) -> Builder:

@@ -191,7 +191,7 @@ class Settings:
             plugins=tuple(Path(p) for p in ns.plugin), name=ns.name, handoff_dir=Path(ns.handoff_dir).absolute(),
             lock_timeout=parse_duration(ns.lock_timeout), lock_mode=ns.lock_mode,
             progress_interval=parse_duration(ns.progress_interval),
-            events_timeout=parse_duration(getattr(ns, "events_timeout", "2s")),
+            events_timeout=parse_duration(ns.events_timeout),
             key_extra=tuple(sorted(parse_key_extra(p) for p in ns.key_extra)), build_command=ns.build_command,
             builder_version=ns.builder_version, ort_provider=ns.ort_provider, device=ns.device,
             read_only=ns.read_only, verify=ns.verify, log_format=ns.log_format,

@@ -3,8 +3,8 @@
 Enabled when ``POD_NAME`` and ``POD_NAMESPACE`` are set (the downward API), the ``kubernetes`` package is
 installed and a configuration is found (in-cluster service account, else ``KUBECONFIG``). Events are sent from a
 background thread, started (and the client imported) as soon as the recorder exists, so that work overlaps the
-init's; :meth:`EventRecorder.close` waits for the queue at most ``timeout`` seconds and logs what it drops. Any failure (no RBAC, unreachable API server) is logged once and disables further events: it
-never fails the init.
+init's; :meth:`EventRecorder.close` waits for the queue at most ``timeout`` seconds and logs what it drops. Any
+failure (no RBAC, unreachable API server) is logged once and disables further events: it never fails the init.
 """
 
 from __future__ import annotations

@@ -163,9 +163,10 @@ def lock_id(info: GpuInfo) -> str:
     return info.uuid.lower()
 
 
-def current(environ: Mapping[str, str]) -> GpuInfo:
-    """Detect and select this container's GPU. :raises ConfigError: none visible (exit 2)."""
-    gpus = detect()
+def current(environ: Mapping[str, str], gpus: list[GpuInfo] | None = None) -> GpuInfo:
+    """Select this container's GPU among *gpus* (default: :func:`detect` them). :raises ConfigError: none visible
+    (exit 2)."""
+    gpus = detect() if gpus is None else gpus
     if not gpus:
         raise ConfigError("no NVIDIA GPU found (NVML could not be initialised or lists no device)",
                           hint=_NO_GPU_HINT)
