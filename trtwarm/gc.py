@@ -27,7 +27,7 @@ from trtwarm import leases as leaselib
 from trtwarm.errors import LockTimeoutError
 from trtwarm.inventory import EntryInfo, Inventory
 from trtwarm.layout import Layout
-from trtwarm.lock import HEARTBEAT_SECONDS, LEASE_SECONDS, detect_mode
+from trtwarm.lock import detect_mode, file_lock
 
 log = logging.getLogger("trtwarm.gc")
 #: quarantined entries are kept this long for inspection before gc removes them
@@ -229,7 +229,6 @@ class VolumeGcLock:
     """The volume-wide GC lock: non-blocking, so only one collector per volume works at a time."""
 
     def __init__(self, layout: Layout, mode: str = "auto") -> None:
-
         self.layout = layout
         self.mode = mode if mode != "auto" else detect_mode(layout.root)[0]
         self._lock: Any = None
@@ -237,12 +236,8 @@ class VolumeGcLock:
     def __enter__(self) -> VolumeGcLock:
         import filelock
 
-        self.layout.locks.mkdir(exist_ok=True)
-        path = self.layout.locks / "gc.lock"
         # lease mode: a heartbeat lease, so a collector that died never blocks gc on this volume for good
-        self._lock = (filelock.SoftFileLease(path.with_suffix(".lease"), lease_duration=LEASE_SECONDS,
-                                             heartbeat_interval=HEARTBEAT_SECONDS, mode=0o664)
-                      if self.mode == "lease" else filelock.UnixFileLock(path, mode=0o664, preserve_lock_file=True))
+        self._lock = file_lock(self.layout, "gc", self.mode)
         try:
             self._lock.acquire(timeout=0)
         except filelock.Timeout:

@@ -21,7 +21,8 @@ from trtwarm.device import short_name
 from trtwarm.errors import EntryInvalid
 from trtwarm.fsutil import read_json_object
 from trtwarm.layout import Layout
-from trtwarm.store import STALE_STAGING_SECONDS, Entry, check_engine_stat, read_manifest, staging_stale
+from trtwarm.store import (MANIFEST_LIMIT, STALE_STAGING_SECONDS, Entry, check_engine_stat, read_manifest,
+                           staging_stale)
 
 #: an owner record whose heartbeat (every 5 s) is older than this belongs to a builder that is gone
 OWNER_STALE_SECONDS = 60.0
@@ -135,11 +136,7 @@ def dir_bytes(path: str, files: dict[str, os.stat_result] | None = None) -> int:
 
 
 def _mtimes(path: Path) -> dict[str, float]:
-    try:
-        with os.scandir(path) as it:
-            return {e.name: e.stat(follow_symlinks=False).st_mtime for e in it}
-    except FileNotFoundError:
-        return {}
+    return {name: st.st_mtime for name, st in _files(str(path)).items()}
 
 
 def _subdirs(path: Path) -> list[os.DirEntry[str]]:
@@ -178,7 +175,7 @@ def _read(info: EntryInfo, files: dict[str, os.stat_result]) -> None:
     except EntryInvalid as exc:
         info.status, info.problem = "damaged", exc.reason
         # keep what the manifest says, when it can be read, for the listing
-        info.manifest = read_json_object(info.path / "manifest.json", 1 << 20) or {}
+        info.manifest = read_json_object(info.path / "manifest.json", MANIFEST_LIMIT) or {}
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,22 @@ def describe_owner(owner: dict[str, Any] | None) -> str:
     return f"{who} for {time.time() - started:.0f} s" if isinstance(started, (int, float)) else who
 
 
+def file_lock(layout: Layout, lock_id: str, mode: str) -> Any:
+    """The ``filelock`` object for *lock_id* in *mode* (``flock`` or ``lease``), not yet acquired.
+
+    flock never falls back to a soft lock: one left by a crashed holder would block every later one; a volume
+    without working flock gets ``lease`` mode from :func:`detect_mode` instead.
+    """
+    import filelock  # ~0.1 s to import: only a miss pays it
+
+    layout.locks.mkdir(exist_ok=True)
+    if mode == "lease":
+        return filelock.SoftFileLease(layout.lease_path(lock_id), lease_duration=LEASE_SECONDS,
+                                      heartbeat_interval=HEARTBEAT_SECONDS, mode=0o664)
+    return filelock.UnixFileLock(layout.lock_path(lock_id), mode=0o664, fallback_to_soft=False,
+                                 preserve_lock_file=True)
+
+
 class BuildLock:
     """The build lock of one key (or of one GPU); a context manager.
 
@@ -105,22 +121,12 @@ class BuildLock:
         self._beat: threading.Thread | None = None
         self._started = 0.0
 
-    def _make(self) -> Any:
-        import filelock  # ~0.1 s to import: only a miss pays it
-
-        self.layout.locks.mkdir(exist_ok=True)
-        if self.mode == "lease":
-            return filelock.SoftFileLease(self.layout.lease_path(self.lock_id), lease_duration=LEASE_SECONDS,
-                                          heartbeat_interval=HEARTBEAT_SECONDS, mode=0o664)
-        return filelock.UnixFileLock(self.layout.lock_path(self.lock_id), mode=0o664, fallback_to_soft=False,
-                                     preserve_lock_file=True)
-
     def acquire(self) -> BuildLock:
         """Block until the lock is ours. :raises LockTimeoutError: after ``timeout`` seconds, naming the holder."""
         import filelock
 
         start = time.monotonic()
-        self._lock = self._make()
+        self._lock = file_lock(self.layout, self.lock_id, self.mode)
         while True:
             remaining = self.timeout - (time.monotonic() - start)
             if remaining <= 0:
@@ -140,7 +146,7 @@ class BuildLock:
                 log.warning("flock is not supported on %s (%s); falling back to lease locks", self.layout.root,
                             exc.strerror)
                 self.mode, self._lock = "lease", None
-                self._lock = self._make()
+                self._lock = file_lock(self.layout, self.lock_id, self.mode)
         self.waited = time.monotonic() - start
         self._started = time.time()
         self._write_owner()
@@ -182,4 +188,4 @@ class BuildLock:
 
 
 __all__ = ["HEARTBEAT_SECONDS", "LEASE_SECONDS", "PROGRESS_SECONDS", "BuildLock", "describe_owner", "detect_mode",
-           "read_owner"]
+           "file_lock", "read_owner"]
