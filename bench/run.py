@@ -116,7 +116,7 @@ def bench_key(work: Path, size: int, repeat: int = 20) -> dict[str, object]:
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from trtwarm.statcache import inspect_model
+    from trtwarm.volume.statcache import inspect_model
 
     weights = numpy_helper.from_array(np.zeros(size // 4, dtype="float32"), "big")
     graph = helper.make_graph([helper.make_node("Identity", ["input"], ["output"])], "big",

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import debris, entries, run_trtwarm, spawn, wait_for_log, wait_until
-from trtwarm.store import check_entry
+
+from trtwarm.volume.store import check_entry
 
 pytestmark = pytest.mark.concurrency
 

@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import cmd_init_args, entries, run_trtwarm, wait_until
+
 from trtwarm.key import sanitize
-from trtwarm.store import check_entry
+from trtwarm.volume.store import check_entry
 
 DAY = 86400.0
 

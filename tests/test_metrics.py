@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import cmd_init_args, run_trtwarm
-from trtwarm.layout import Layout
-from trtwarm.metrics import RESULTS, VolumeWatcher, registry
+
+from trtwarm.sidecar.metrics import RESULTS, VolumeWatcher, registry
+from trtwarm.volume.layout import Layout
 
 
 def sample(reg, metric: str, **labels: str) -> float | None:  # noqa: ANN001

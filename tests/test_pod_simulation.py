@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import env_for, wait_until
 from k8s import ROOT, container, objects, pod_spec, render
 from test_sidecar import free_port, get
+
 from trtwarm.demo import make_model
-from trtwarm.store import check_entry
+from trtwarm.volume.store import check_entry
 
 pytest.importorskip("helm_python", reason="helm-python-sdk is not installed (pip install '.[test]')")
 pytestmark = pytest.mark.concurrency

@@ -18,7 +18,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, cmd_init_args, env_for, run_trtwarm, trtwarm_argv, wait_until
 
 pytestmark = pytest.mark.concurrency
@@ -136,8 +135,8 @@ def test_periodic_gc_in_the_sidecar_evicts_by_age_and_counts_it(sidecars, model:
 
 
 def test_a_second_gc_on_the_same_volume_does_not_run_concurrently(model: Path, cache: Path, tmp_path: Path) -> None:
-    from trtwarm.gc import VolumeGcLock
-    from trtwarm.layout import Layout
+    from trtwarm.lifecycle.gc import VolumeGcLock
+    from trtwarm.volume.layout import Layout
 
     assert run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h")).returncode == 0
     shutil.rmtree(cache / ".leases")  # the Pod is gone

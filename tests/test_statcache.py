@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from trtwarm.demo import make_model
-from trtwarm.statcache import RACY_SECONDS, inspect_model
+from trtwarm.volume.statcache import RACY_SECONDS, inspect_model
 
 
 def settle(*paths: Path) -> None:

@@ -12,14 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import env_for, run_trtwarm
+
 from trtwarm import gpu
-from trtwarm.config import Identity, Settings, parse_shape
-from trtwarm.errors import ConfigError
-from trtwarm.layout import Layout
-from trtwarm.timing_cache import TimingCacheFile
-from trtwarm.trt_compat import (
+from trtwarm.builders.tensorrt.compat import (
     HARDWARE_LEVELS,
     PLAN_MAGIC,
     config_plan,
@@ -29,6 +25,10 @@ from trtwarm.trt_compat import (
     plan_header,
     timing_cache_id,
 )
+from trtwarm.builders.tensorrt.timing_cache import TimingCacheFile
+from trtwarm.config import Identity, Settings, parse_shape
+from trtwarm.errors import ConfigError
+from trtwarm.volume.layout import Layout
 
 HAVE_TRT = importlib.util.find_spec("tensorrt") is not None
 HAVE_GPU = bool(gpu.detect())

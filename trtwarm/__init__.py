@@ -1,10 +1,11 @@
 """trtwarm: build a TensorRT (or ONNX Runtime) engine once per cache key on a shared volume, reuse it everywhere.
 
-The package is flat, one concept per module: :mod:`trtwarm.key` (what makes two engines interchangeable),
-:mod:`trtwarm.layout` (where things live on the volume), :mod:`trtwarm.lock` (single-flight),
-:mod:`trtwarm.store` (verified lookup and atomic publish), :mod:`trtwarm.builders` (the builder interface),
-:mod:`trtwarm.warm` (the init-container algorithm) and :mod:`trtwarm.cli` (entrypoints and exit codes).
-Heavy libraries (onnx, onnxruntime, tensorrt, prometheus_client) are imported lazily so a cache hit stays fast.
+At the top: :mod:`trtwarm.warm` (the init-container algorithm), :mod:`trtwarm.key` (what makes two engines
+interchangeable), :mod:`trtwarm.model`, :mod:`trtwarm.config`, :mod:`trtwarm.errors` and :mod:`trtwarm.cli`.
+The rest is grouped by concept: :mod:`trtwarm.volume` (the shared volume's machinery), :mod:`trtwarm.builders`
+(the builder interface and each builder), :mod:`trtwarm.lifecycle` (the operator's commands) and
+:mod:`trtwarm.sidecar` (metrics and readiness). Heavy libraries (onnx, onnxruntime, tensorrt, prometheus_client)
+are imported lazily so a cache hit stays fast.
 """
 
 from __future__ import annotations

@@ -73,11 +73,11 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     key.set_defaults(func=cmd_key, handoff_dir=str(DEFAULT_HANDOFF_DIR), lock_timeout="1h", lock_mode="auto",
                      progress_interval="10s", read_only=False, verify="digest", events_timeout="2s")
     if only in (None, "sidecar"):
-        from trtwarm.sidecar import add_parser
+        from trtwarm.sidecar.server import add_parser
 
         add_parser(sub, str(DEFAULT_CACHE_DIR), str(DEFAULT_HANDOFF_DIR))
     if only is None or only in LIFECYCLE:
-        from trtwarm.lifecycle import add_parsers
+        from trtwarm.lifecycle.commands import add_parsers
 
         add_parsers(sub, str(DEFAULT_CACHE_DIR))
     selftest = sub.add_parser("selftest", help="on a GPU node: identity, versions, build, load and run a tiny engine")
@@ -140,8 +140,8 @@ def cmd_key(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
     plan = resolve(Settings.from_namespace(ns, environ))
     if ns.explain:
-        from trtwarm.explain import explain
         from trtwarm.key import model_part
+        from trtwarm.lifecycle.explain import explain
 
         lines = explain(plan.store, plan.doc, plan.key, model_part(plan.name))
         print("\n".join(lines))

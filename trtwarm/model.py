@@ -2,7 +2,7 @@
 
 :func:`inspect_model` opens the ONNX file without its weights (``onnx`` is imported only then), lists its real
 inputs and every external-data file it references, checks those exist and are large enough, and hashes all of
-them. The facts are memoised in the stat cache (:mod:`trtwarm.statcache`), so a repeat start hashes nothing.
+them. The facts are memoised in the stat cache (:mod:`trtwarm.volume.statcache`), so a repeat start hashes nothing.
 """
 
 from __future__ import annotations

@@ -110,7 +110,7 @@ def run(environ: Mapping[str, str], keep: Path | None = None) -> int:
     """The selftest; returns 0, or raises a :class:`~trtwarm.errors.TrtwarmError` saying what is missing."""
     import numpy as np
 
-    from trtwarm.build_tensorrt import tensorrt_version
+    from trtwarm.builders.tensorrt.builder import tensorrt_version
     from trtwarm.demo import make_model
     from trtwarm.warm import warm
 

@@ -24,19 +24,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from trtwarm import __version__, handoff, leases
-from trtwarm.builders import Builder, get_builder
+from trtwarm import __version__, handoff
+from trtwarm.builders.base import Builder, get_builder
 from trtwarm.config import Settings
 from trtwarm.errors import BuildError, EntryInvalid, LockTimeoutError, VolumeError
 from trtwarm.events import EventRecorder
 from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS, sha256_file
 from trtwarm.handoff import WarmReport
 from trtwarm.key import entry_name, key_document, key_of, model_fields
-from trtwarm.layout import Layout, volume_error
-from trtwarm.lock import PROGRESS_SECONDS, BuildLock, describe_owner
 from trtwarm.model import ModelFacts, check_model_path
-from trtwarm.statcache import inspect_model
-from trtwarm.store import EngineStore, Entry
+from trtwarm.volume import leases
+from trtwarm.volume.layout import Layout, volume_error
+from trtwarm.volume.lock import PROGRESS_SECONDS, BuildLock, describe_owner
+from trtwarm.volume.statcache import inspect_model
+from trtwarm.volume.store import EngineStore, Entry
 
 log = logging.getLogger("trtwarm.warm")
 

@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trtwarm import gc as gclib
-from trtwarm.inventory import EntryInfo, Inventory, scan
-from trtwarm.layout import Layout
-from trtwarm.tables import human_age, human_bytes, render, utc
+from trtwarm.lifecycle import gc as gclib
+from trtwarm.lifecycle.inventory import EntryInfo, Inventory, scan
+from trtwarm.lifecycle.tables import human_age, human_bytes, render, utc
+from trtwarm.volume.layout import Layout
 
 _SORTS = {"used": lambda e: -(e.last_used or 0.0), "size": lambda e: -e.bytes, "name": lambda e: e.name}
 
@@ -106,8 +106,8 @@ def cmd_stats(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 def cmd_verify(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm verify``: exit 0 when clean (or all fixed), 1 when problems remain."""
-    from trtwarm.store import EngineStore
-    from trtwarm.verify import fix, inspect
+    from trtwarm.lifecycle.verify import fix, inspect
+    from trtwarm.volume.store import EngineStore
 
     inv = _inventory(ns, manifests=True)
     checked, problems = inspect(inv)

@@ -2,8 +2,8 @@
 
 A lease is a small JSON file ``.leases/<key>/<holder>.json`` whose mtime is its heartbeat. ``trtwarm init`` takes
 one for its key *before* it looks the entry up (so a concurrent GC either sees it or its removal is undone, see
-:mod:`trtwarm.gc`); the sidecar refreshes it every :data:`REFRESH_SECONDS` while the Pod lives and removes it on
-SIGTERM. A Pod that dies without cleaning up leaves a lease that simply goes stale after :data:`LEASE_TTL`.
+:mod:`trtwarm.lifecycle.gc`); the sidecar refreshes it every :data:`REFRESH_SECONDS` while the Pod lives and removes
+it on SIGTERM. A Pod that dies without cleaning up leaves a lease that simply goes stale after :data:`LEASE_TTL`.
 
 The holder name is ``<namespace>.<pod>`` inside Kubernetes (init and sidecar share one file), else
 ``<host>.<pid>``.
@@ -21,7 +21,7 @@ from typing import Any
 from trtwarm.config import Identity
 from trtwarm.fsutil import READ_ONLY_ERRNOS, atomic_write_json
 from trtwarm.key import sanitize
-from trtwarm.layout import Layout
+from trtwarm.volume.layout import Layout
 
 REFRESH_SECONDS = 60.0
 #: a lease not refreshed for this long belongs to a Pod that is gone

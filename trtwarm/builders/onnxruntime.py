@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm import gpu
-from trtwarm.builders import Builder
+from trtwarm.builders.base import Builder
 from trtwarm.errors import BuildError, ConfigError, EntryInvalid
 from trtwarm.model import ModelFacts
 

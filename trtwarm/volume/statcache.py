@@ -15,7 +15,7 @@ import os
 import time
 from pathlib import Path
 
-from trtwarm.fsutil import READ_ONLY_ERRNOS, FULL_ERRNOS, TooLarge, atomic_write_json, read_bounded
+from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS, TooLarge, atomic_write_json, read_bounded
 from trtwarm.model import ModelFacts, check_model_path, inspect_uncached
 
 log = logging.getLogger("trtwarm.statcache")

@@ -21,8 +21,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from trtwarm import handoff
-from trtwarm.gc import REASONS
-from trtwarm.layout import Layout
+from trtwarm.lifecycle.gc import REASONS
+from trtwarm.volume.layout import Layout
 
 log = logging.getLogger("trtwarm.metrics")
 RESULTS = ("hit", "built", "waited", "error")
@@ -53,7 +53,7 @@ def engine_ready(report: dict[str, Any] | None) -> tuple[bool, str]:
 
 
 class VolumeWatcher:
-    """Keeps a fresh summary of the cache volume (one :func:`trtwarm.inventory.scan` per *interval*)."""
+    """Keeps a fresh summary of the cache volume (one :func:`trtwarm.lifecycle.inventory.scan` per *interval*)."""
 
     def __init__(self, layout: Layout, interval: float = 30.0) -> None:
         self.layout, self.interval = layout, interval
@@ -74,7 +74,7 @@ class VolumeWatcher:
 
     def refresh(self) -> None:
         """Scan once; an unreadable volume counts an error and keeps the previous summary."""
-        from trtwarm.inventory import scan
+        from trtwarm.lifecycle.inventory import scan
 
         try:
             inv = scan(self.layout, manifests=False)

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm.errors import EntryInvalid
-from trtwarm.inventory import Inventory
-from trtwarm.store import EngineStore, check_entry
+from trtwarm.lifecycle.inventory import Inventory
+from trtwarm.volume.store import EngineStore, check_entry
 
 #: fault kinds, from the verification reason
 KINDS = ("corrupt", "truncated", "orphaned", "bad-manifest", "damaged", "stale-staging", "stale-owner")
@@ -34,7 +34,7 @@ class Problem:
 
 
 def classify(reason: str) -> str:
-    """Map a verification reason (see :func:`trtwarm.store.check_entry`) to a fault kind."""
+    """Map a verification reason (see :func:`trtwarm.volume.store.check_entry`) to a fault kind."""
     if "SHA-256" in reason:
         return "corrupt"
     if "truncated" in reason:

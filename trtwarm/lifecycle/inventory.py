@@ -16,13 +16,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trtwarm import leases as leaselib
 from trtwarm.device import short_name
 from trtwarm.errors import EntryInvalid
 from trtwarm.fsutil import read_json_object
-from trtwarm.layout import Layout
-from trtwarm.store import (MANIFEST_LIMIT, STALE_STAGING_SECONDS, Entry, check_engine_stat, read_manifest,
-                           staging_stale)
+from trtwarm.volume import leases as leaselib
+from trtwarm.volume.layout import Layout
+from trtwarm.volume.store import (
+    MANIFEST_LIMIT,
+    STALE_STAGING_SECONDS,
+    Entry,
+    check_engine_stat,
+    read_manifest,
+    staging_stale,
+)
 
 #: an owner record whose heartbeat (every 5 s) is older than this belongs to a builder that is gone
 OWNER_STALE_SECONDS = 60.0
@@ -198,7 +204,7 @@ def _quarantined(item: os.DirEntry[str]) -> EntryInfo:
 
 
 def _owners(layout: Layout, now: float) -> list[OwnerInfo]:
-    from trtwarm.lock import read_owner
+    from trtwarm.volume.lock import read_owner
 
     found = []
     for name, mtime in _mtimes(layout.locks).items():

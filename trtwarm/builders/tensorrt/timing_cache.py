@@ -3,8 +3,8 @@
 A build loads it before it starts (strictly: a cache from another device or version is refused by TensorRT and
 ignored here with a warning), and afterwards merges its own cache into the file under the file's own lock and
 replaces it atomically, so concurrent builders of different keys on the same GPU class never lose each other's
-tactics and a reader never sees half a file. The bytes are opaque here; :mod:`trtwarm.build_tensorrt` does the
-TensorRT side (``create_timing_cache``, ``combine``, ``serialize``).
+tactics and a reader never sees half a file. The bytes are opaque here; :mod:`~trtwarm.builders.tensorrt.builder`
+does the TensorRT side (``create_timing_cache``, ``combine``, ``serialize``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from trtwarm.config import Identity
 from trtwarm.fsutil import TooLarge, atomic_write, read_bounded
-from trtwarm.layout import Layout
+from trtwarm.volume.layout import Layout
 
 log = logging.getLogger("trtwarm.timing_cache")
 #: timing caches are "usually very small (only a few MB)"; anything this large is not one
@@ -45,7 +45,7 @@ class TimingCacheFile:
         :return: whether a new cache was written (False: *merge* returned nothing, or the lock was busy too long)
         """
         from trtwarm.errors import LockTimeoutError
-        from trtwarm.lock import BuildLock
+        from trtwarm.volume.lock import BuildLock
 
         self.layout.timing_caches.mkdir(exist_ok=True)
         try:

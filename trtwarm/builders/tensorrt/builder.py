@@ -5,7 +5,7 @@ Written against the documented Python API of TensorRT 10.x and 11.x: a strongly 
 comes from the model (the only mode on 11.x; ``--precision model``), or on 10.x a weakly typed one with the
 deprecated precision flags; ``OnnxParser.parse_from_file`` (external weights); one optimization profile from
 ``--shape``; the shared timing cache; a progress monitor where the API has one. Flags are applied by name
-(:mod:`trtwarm.trt_compat`), so an option the running TensorRT lacks is a clear error, never a wrong flag.
+(:mod:`trtwarm.builders.tensorrt.compat`), so an option the running TensorRT lacks is a clear error, never a wrong flag.
 """
 
 from __future__ import annotations
@@ -19,12 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm import gpu
-from trtwarm.builders import Builder
-from trtwarm.errors import ConfigError, EntryInvalid
-from trtwarm.fsutil import sha256_file
-from trtwarm.model import ModelFacts
-from trtwarm.trt_build import build_plan, capturing_logger
-from trtwarm.trt_compat import (
+from trtwarm.builders.base import Builder
+from trtwarm.builders.tensorrt.compat import (
     ConfigPlan,
     config_plan,
     default_precision,
@@ -32,6 +28,10 @@ from trtwarm.trt_compat import (
     parse_version,
     plan_header,
 )
+from trtwarm.builders.tensorrt.network import build_plan, capturing_logger
+from trtwarm.errors import ConfigError, EntryInvalid
+from trtwarm.fsutil import sha256_file
+from trtwarm.model import ModelFacts
 
 log = logging.getLogger("trtwarm.build")
 INSTALL_HINT = ("install TensorRT into this image: pip install 'trtwarm[tensorrt]' (the same TensorRT version as "

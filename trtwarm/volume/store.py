@@ -37,7 +37,7 @@ from trtwarm.fsutil import (
     sha256_file,
 )
 from trtwarm.key import sanitize
-from trtwarm.layout import Layout
+from trtwarm.volume.layout import Layout
 
 log = logging.getLogger("trtwarm.store")
 MANIFEST = "manifest.json"

@@ -7,7 +7,7 @@ from typing import Any
 
 from trtwarm.errors import EntryInvalid
 from trtwarm.key import diff, model_part
-from trtwarm.store import EngineStore, read_manifest
+from trtwarm.volume.store import EngineStore, read_manifest
 
 
 def _candidates(store: EngineStore, doc: dict[str, Any], model_name: str) -> Iterator[tuple[str, dict[str, Any]]]:

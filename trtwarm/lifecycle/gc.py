@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trtwarm import leases as leaselib
 from trtwarm.errors import LockTimeoutError
-from trtwarm.inventory import EntryInfo, Inventory
-from trtwarm.layout import Layout
-from trtwarm.lock import detect_mode, file_lock
+from trtwarm.lifecycle.inventory import EntryInfo, Inventory
+from trtwarm.volume import leases as leaselib
+from trtwarm.volume.layout import Layout
+from trtwarm.volume.lock import detect_mode, file_lock
 
 log = logging.getLogger("trtwarm.gc")
 #: quarantined entries are kept this long for inspection before gc removes them
@@ -258,7 +258,7 @@ def summarize(actions: Iterable[Action]) -> dict[str, int]:
 
 def run(layout: Layout, policy: Policy, *, mode: str = "auto") -> tuple[Plan, list[Action]]:
     """One unattended pass (the sidecar's periodic gc): lock, scan, plan, execute."""
-    from trtwarm.inventory import scan
+    from trtwarm.lifecycle.inventory import scan
 
     with VolumeGcLock(layout, mode):
         gc_plan = plan(scan(layout, time.time()), policy)

@@ -3,7 +3,7 @@
 Follows NVIDIA's own 10.x/11.x samples (``samples/python/introductory_parser_samples``, ``common.py``): the portable
 ``1 << STRONGLY_TYPED`` network flag, ``parse_from_file`` for external weights, ``set_memory_pool_limit`` for the
 workspace, one ``add_optimization_profile`` per profile, a strict ``set_timing_cache`` and a ``None`` check on the
-serialized plan. Only :mod:`trtwarm.build_tensorrt` calls it, with ``tensorrt`` imported.
+serialized plan. Only :mod:`trtwarm.builders.tensorrt.builder` calls it, with ``tensorrt`` imported.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trtwarm.builders.tensorrt.compat import ConfigPlan, timing_cache_id
+from trtwarm.builders.tensorrt.timing_cache import TimingCacheFile
 from trtwarm.errors import BuildError, ConfigError
-from trtwarm.timing_cache import TimingCacheFile
-from trtwarm.trt_compat import ConfigPlan, timing_cache_id
 
 log = logging.getLogger("trtwarm.build")
 
@@ -164,7 +164,7 @@ def build_plan(builder_: Any, trt: Any, logger: Any, model: Path) -> bytes:
     monitor = progress_monitor(trt, builder_.phases)
     if monitor is not None:
         config.progress_monitor = monitor
-    from trtwarm.layout import Layout
+    from trtwarm.volume.layout import Layout
 
     cache = TimingCacheFile(Layout(settings.cache_dir), timing_cache_id(builder_.version, builder_.device(), plan))
     builder_.timing_cache_used = load_timing_cache(config, cache)

@@ -3,7 +3,7 @@
 Runs as a Kubernetes native sidecar (an init container with ``restartPolicy: Always``, placed before
 ``trtwarm init``), so it is scraped while the init still waits or builds. Endpoints:
 
-* ``/metrics``: :mod:`trtwarm.metrics`, computed at scrape time from a private registry;
+* ``/metrics``: :mod:`trtwarm.sidecar.metrics`, computed at scrape time from a private registry;
 * ``/healthz``: 200 while the process serves;
 * ``/readyz``: 200 once ``engine.json`` says ready and the engine is still there with its recorded size, else 503
   with a one-line reason.
@@ -27,11 +27,11 @@ from typing import Any
 from prometheus_client.exposition import choose_encoder
 
 from trtwarm import handoff
-from trtwarm import leases as leaselib
 from trtwarm.config import Identity, parse_duration
 from trtwarm.errors import LockTimeoutError
-from trtwarm.layout import Layout
-from trtwarm.metrics import VolumeWatcher, engine_ready, registry
+from trtwarm.sidecar.metrics import VolumeWatcher, engine_ready, registry
+from trtwarm.volume import leases as leaselib
+from trtwarm.volume.layout import Layout
 
 log = logging.getLogger("trtwarm.sidecar")
 POLL_SECONDS = 1.0  # how often the hand-off is read until the engine is ready
@@ -48,7 +48,7 @@ class SidecarSettings:
     scan_interval: float = 30.0
     lease_interval: float = leaselib.REFRESH_SECONDS
     gc_interval: float | None = None
-    gc_policy: Any = None  # trtwarm.gc.Policy
+    gc_policy: Any = None  # trtwarm.lifecycle.gc.Policy
     lock_mode: str = "auto"
 
 
@@ -107,7 +107,7 @@ class Sidecar:
 
     def _keep_lease(self) -> None:
         """Hold this Pod's lease on its entry and refresh its last use; poll quickly until the engine is ready."""
-        from trtwarm.store import EngineStore
+        from trtwarm.volume.store import EngineStore
 
         while not self.stopping.is_set():
             report = handoff.read(self.s.handoff_dir)
@@ -126,8 +126,7 @@ class Sidecar:
             self.stopping.wait(self.s.lease_interval if self.lease else POLL_SECONDS)
 
     def _gc_loop(self) -> None:
-        from trtwarm import gc as gclib
-
+        from trtwarm.lifecycle import gc as gclib
         assert self.s.gc_interval is not None
         while not self.stopping.wait(self.s.gc_interval):
             try:
@@ -184,8 +183,7 @@ def serve(settings: SidecarSettings, identity: Identity) -> int:
 
 def cmd_sidecar(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm sidecar``."""
-    from trtwarm import gc as gclib
-
+    from trtwarm.lifecycle import gc as gclib
     policy = gclib.Policy.parse(ns.gc_max_age, ns.gc_max_bytes, ns.gc_keep_per_model, ns.gc_quarantine_grace)
     settings = SidecarSettings(
         cache_dir=Path(ns.cache_dir).absolute(), handoff_dir=Path(ns.handoff_dir).absolute(), port=ns.port,

@@ -1,8 +1,8 @@
 """TensorRT facts that need no TensorRT: plan headers, logger-message verdicts, and the build configuration by name.
 
-Everything here is pure, so it is tested on every machine; :mod:`trtwarm.build_tensorrt` applies it to the real
-API. Flags are handled by *name* (``BuilderFlag.FP16``), never by number: enum values shift between 10.x and 11.x
-(``VERSION_COMPATIBLE`` is 13 in 10.x and 12 in 11.x).
+Everything here is pure, so it is tested on every machine; :mod:`~trtwarm.builders.tensorrt.builder` applies it
+to the real API. Flags are handled by *name* (``BuilderFlag.FP16``), never by number: enum values shift between
+10.x and 11.x (``VERSION_COMPATIBLE`` is 13 in 10.x and 12 in 11.x).
 """
 
 from __future__ import annotations

@@ -24,9 +24,9 @@ from trtwarm.model import ModelFacts, validate_shapes
 log = logging.getLogger("trtwarm.build")
 
 REGISTRY = {
-    "tensorrt": "trtwarm.build_tensorrt:TensorRTBuilder",
-    "onnxruntime": "trtwarm.build_ort:OrtBuilder",
-    "command": "trtwarm.build_command:CommandBuilder",
+    "tensorrt": "trtwarm.builders.tensorrt.builder:TensorRTBuilder",
+    "onnxruntime": "trtwarm.builders.onnxruntime:OrtBuilder",
+    "command": "trtwarm.builders.command:CommandBuilder",
 }
 #: options that only TensorRT-style builders honour; others warn and leave them out of the key.
 TRT_OPTIONS = ("workspace", "opt_level", "hardware_compat", "version_compatible", "plugins", "tf32")

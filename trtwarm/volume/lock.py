@@ -12,7 +12,7 @@ Two mechanisms, one interface (:class:`BuildLock`):
 ``auto`` picks ``lease`` for FUSE and ``nolock``/``local_lock`` NFS mounts (read from ``/proc/self/mountinfo``)
 and falls back to it when flock fails with ENOLCK/EOPNOTSUPP/ENOSYS. Either way the holder keeps an owner
 record (``.locks/<key>.owner.json``) with a heartbeat, which waiters quote in their progress lines. The atomic
-rename in :mod:`trtwarm.store` stays the guarantee: a lock that fails to exclude costs a duplicate build only.
+rename in :mod:`trtwarm.volume.store` stays the guarantee: a lock that fails to exclude costs a duplicate build only.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 from trtwarm.config import Identity
 from trtwarm.errors import LockTimeoutError
 from trtwarm.fsutil import atomic_write_json, read_json_object
-from trtwarm.layout import Layout
+from trtwarm.volume.layout import Layout
 
 log = logging.getLogger("trtwarm.lock")
 LEASE_SECONDS = 30.0

@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from trtwarm.builders import Builder
+from trtwarm.builders.base import Builder
 from trtwarm.errors import BuildError, ConfigError
 from trtwarm.model import ModelFacts
 
