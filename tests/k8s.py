@@ -119,7 +119,7 @@ def assert_wired(spec: dict[str, Any], main: str, init: str = "trtwarm-init", ex
     inits = [c["name"] for c in spec.get("initContainers", [])]
     assert init in inits and main in [c["name"] for c in spec["containers"]]
     i, m = container(spec, init), container(spec, main)
-    assert gpu(i) and gpu(i) == gpu(m), f"init GPUs {gpu(i)} != main GPUs {gpu(m)}"
+    assert gpu(i) == gpu(m), f"init GPUs {gpu(i)} != main GPUs {gpu(m)}"  # none for a CPU server
     cache_dir, handoff_dir = flag(i, "cache-dir"), flag(i, "handoff-dir")
     cache_vol = next(n for n, p in mounts(i).items() if p == cache_dir)
     handoff_vol = next(n for n, p in mounts(i).items() if p == handoff_dir)
@@ -134,7 +134,8 @@ def assert_wired(spec: dict[str, Any], main: str, init: str = "trtwarm-init", ex
     assert port in [p["name"] for p in e["ports"]] or port in [p["containerPort"] for p in e["ports"]]
     assert mounts(e)[cache_vol] == cache_dir and mounts(e)[handoff_vol] == handoff_dir
     if native:
-        assert inits[0] == exporter and e["restartPolicy"] == "Always"
+        # first, or right after the root init that fixes the cache's ownership (which must finish before it reads)
+        assert [n for n in inits if n != "trtwarm-fix-permissions"][0] == exporter and e["restartPolicy"] == "Always"
         assert inits.index(exporter) < inits.index(init)
     else:
         assert exporter in [c["name"] for c in spec["containers"]] and "restartPolicy" not in e

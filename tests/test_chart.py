@@ -172,3 +172,218 @@ def test_a_parent_chart_can_include_the_named_templates(tmp_path: Path) -> None:
     spec = pod_spec(objs)
     assert [c["name"] for c in spec["initContainers"]] == ["trtwarm-exporter", "trtwarm-init"]
     assert flag(container(spec, "trtwarm-init"), "model") == "/models/src/m.onnx"
+
+
+# --- day-one failures of the review in issue 17, each rendered and asserted like helm-unittest does -----------------
+
+from pss import baseline, restricted  # noqa: E402
+
+TRICKY = "sh -c 'echo step: build && trtexec --onnx={model} --saveEngine={output} # done' \"quoted\""
+
+
+def test_args_stay_plain_strings_whatever_the_value_holds() -> None:
+    values = {"engine": {"builder": "command", "command": {"template": TRICKY, "version": "10.16: cu12 #1"},
+                         "keyExtra": {"note": "a #b", "colon": "x: y", "quote": "it's \"q\""},
+                         "extraArgs": ["--events=true", "--key-extra=n=1 # c"]},
+              "exporter": {"extraArgs": ["--lease-interval=30s"]}, "gc": {"mode": "sidecar", "maxAge": "30d"}}
+    spec = pod_spec(objects(render(values)))
+    init = container(spec, "trtwarm-init")
+    assert all(isinstance(a, str) for a in init["args"]), init["args"]
+    for expected in (f"--build-command={TRICKY}", "--builder-version=10.16: cu12 #1", "--key-extra=note=a #b",
+                     "--key-extra=colon=x: y", "--key-extra=quote=it's \"q\"", "--key-extra=n=1 # c"):
+        assert expected in init["args"]
+    exporter = container(spec, "trtwarm-exporter")
+    assert all(isinstance(a, str) for a in exporter["args"])
+    assert "--lease-interval=30s" in exporter["args"] and "--gc-max-age=30d" in exporter["args"]
+
+
+LONG = "r" * 53  # Helm's longest release name
+
+
+@pytest.mark.parametrize("values", [
+    {"gc": {"mode": "cronjob"}, "metrics": {"enabled": True, "kind": "ServiceMonitor", "rules": {"enabled": True}}},
+    {"workload": {"kind": "StatefulSet"}, "rbac": {"events": True}, "workload_pdb": True},
+], ids=["deployment", "statefulset"])
+def test_the_longest_release_name_keeps_every_object_name_within_its_limit(values: dict) -> None:
+    if values.pop("workload_pdb", False):
+        values["workload"]["podDisruptionBudget"] = {"enabled": True}
+    objs = objects(helm.Chart.load(str(CHART)).render(values, name=LONG, namespace="ml"))
+    limits = {"CronJob": 52, "StatefulSet": 52}
+    for obj in objs:
+        name = obj["metadata"]["name"]
+        assert len(name) <= limits.get(obj["kind"], 63), (obj["kind"], name, len(name))
+        assert re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name), name
+    assert validate(objs, [29, 37]) == []
+    names = [o["metadata"]["name"] for o in objs]
+    assert len(names) == len(set((o["kind"], n) for o, n in zip(objs, names)))
+
+
+def test_an_empty_image_tag_is_refused_and_digests_and_a_mirror_registry_are_honoured() -> None:
+    with pytest.raises(helm.HelmError, match="workload.container.image.tag is empty"):
+        render({"workload": {"container": {"image": {"tag": ""}}}})
+    digest = "sha256:" + "ab" * 32
+    spec = pod_spec(objects(render({"workload": {"container": {"image": {"tag": "", "digest": digest}}},
+                                    "init": {"image": {"digest": digest}},
+                                    "global": {"imageRegistry": "mirror.example.com:5000"},
+                                    "cache": {"fixPermissions": {"enabled": True}}})))
+    images = {c["name"]: c["image"] for c in spec["initContainers"] + spec["containers"]}
+    assert images["inference"] == f"mirror.example.com:5000/nvidia/tritonserver@{digest}"
+    assert images["trtwarm-init"] == f"mirror.example.com:5000/trtwarm/trtwarm-init@{digest}"
+    assert images["trtwarm-exporter"] == "mirror.example.com:5000/trtwarm/trtwarm-sidecar:0.1.0"
+    assert images["trtwarm-fix-permissions"] == "mirror.example.com:5000/busybox:1.37"
+    with pytest.raises(helm.HelmError, match="schema"):
+        render({"init": {"image": {"digest": "latest"}}})
+
+
+def test_env_overrides_replace_the_chart_variables_instead_of_repeating_them() -> None:
+    values = {"workload": {"container": {"env": [{"name": "TRTWARM_ENGINE", "value": "/trtwarm/triton"},
+                                                 {"name": "LOG", "value": "1"}]}},
+              "init": {"env": [{"name": "HOME", "value": "/scratch"}, {"name": "TRTWARM_LOG_FORMAT", "value": "text"},
+                               {"name": "EXTRA", "value": "a"}, {"name": "EXTRA", "value": "b"}]},
+              "exporter": {"env": [{"name": "HOME", "value": "/home/x"}]}}
+    spec = pod_spec(objects(render(values)))
+    for name, expected in (("inference", {"TRTWARM_ENGINE": "/trtwarm/triton", "LOG": "1"}),
+                           ("trtwarm-init", {"HOME": "/scratch", "TRTWARM_LOG_FORMAT": "text", "EXTRA": "b"}),
+                           ("trtwarm-exporter", {"HOME": "/home/x"})):
+        env = container(spec, name)["env"]
+        names = [e["name"] for e in env]
+        assert len(names) == len(set(names)), names
+        assert {k: v for k, v in ((e["name"], e.get("value")) for e in env) if k in expected} == expected
+    assert [e["name"] for e in container(spec, "trtwarm-init")["env"]][0] == "POD_NAME"  # replaced in place
+
+
+def test_the_cpu_statefulset_example_requests_no_gpu_anywhere() -> None:
+    objs = objects(render(values_of(CHART / "ci" / "statefulset-values.yaml")))
+    spec = pod_spec(objs)
+    for c in spec["initContainers"] + spec["containers"]:
+        resources = c.get("resources") or {}
+        assert not [k for part in resources.values() for k in part if k.startswith("nvidia.com/")], c["name"]
+    assert "readinessProbe" not in container(spec, "inference")  # Triton's default probe is gone too
+    assert workload(objs)["metadata"]["name"] == "rel-trtwarm"
+
+
+def _workload_pods(objs: list[dict]) -> dict[str, dict]:
+    """Every Pod spec the chart renders: the workload's, the gc Job's and the `helm test` Pod's."""
+    out = {}
+    for obj in objs:
+        if obj["kind"] in ("Deployment", "StatefulSet"):
+            out[obj["kind"]] = obj["spec"]["template"]["spec"]
+        elif obj["kind"] == "CronJob":
+            out["CronJob"] = obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+        elif obj["kind"] == "Pod":
+            out["Pod"] = obj["spec"]
+    return out
+
+
+@pytest.mark.parametrize("path", [None, *CI_VALUES], ids=lambda p: p.name if p else "defaults")
+def test_every_rendered_workload_meets_its_pod_security_standard(path: Path | None) -> None:
+    """`restricted` by default; `baseline` (plus the hostPath volume itself, which needs a `privileged` namespace)
+    where a root init fixes the cache's ownership or the cache is a hostPath."""
+    values = values_of(path)
+    cache = values.get("cache") or {}
+    relaxed = cache.get("type") == "hostPath" or (cache.get("fixPermissions") or {}).get("enabled")
+    pods = _workload_pods(objects(render(values)))
+    assert pods
+    for kind, spec in pods.items():
+        if relaxed:
+            assert [v for v in baseline(spec) if "hostPath" not in v] == [], kind
+        else:
+            assert restricted(spec) == [], kind
+
+
+def test_the_pss_checker_catches_what_the_old_defaults_did() -> None:
+    spec = pod_spec(objects(render({"workload": {"container": {"securityContext": None}}})))
+    assert restricted(spec) == ["inference: allowPrivilegeEscalation is not false",
+                                "inference: capabilities.drop lacks ALL"]
+    spec = pod_spec(objects(render({"cache": {"fixPermissions": {"enabled": True}}})))
+    assert "trtwarm-fix-permissions: adds capability CHOWN" in restricted(spec) and baseline(spec) == []
+    hostpath = pod_spec(objects(render(values_of(CHART / "ci" / "hostpath-values.yaml"))))
+    assert baseline(hostpath) == ["volume trtwarm-cache: hostPath"]
+
+
+def test_escape_hatches_reach_the_pod_and_validate() -> None:
+    claim = {"name": "gpu", "resourceClaimName": "shared-gpu"}
+    values = {"workload": {
+        "podSpecExtra": {"resourceClaims": [claim], "dnsPolicy": "ClusterFirst"},
+        "containerExtra": {"resources": {"claims": [{"name": "gpu"}]}, "stdin": False},
+        "priorityClassName": "inference", "runtimeClassName": "nvidia",
+        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                                       "whenUnsatisfiable": "ScheduleAnyway"}],
+        "strategy": {"type": "Recreate"}, "podDisruptionBudget": {"enabled": True},
+        "container": {"envFrom": [{"secretRef": {"name": "tokens"}}],
+                      "lifecycle": {"preStop": {"sleep": {"seconds": 5}}}}},
+        "serviceAccount": {"create": True, "annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/r"}}}
+    objs = objects(render(values))
+    assert validate(objs, [33, 37]) == []
+    dep, spec = workload(objs), pod_spec(objs)
+    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    assert spec["resourceClaims"] == [claim] and spec["priorityClassName"] == "inference"
+    assert spec["runtimeClassName"] == "nvidia" and spec["automountServiceAccountToken"] is False
+    assert spec["topologySpreadConstraints"][0]["labelSelector"]["matchLabels"] == \
+        dep["spec"]["selector"]["matchLabels"]
+    main = container(spec, "inference")
+    assert main["resources"] == {"claims": [{"name": "gpu"}], "limits": {"nvidia.com/gpu": 1}}
+    assert main["envFrom"] == [{"secretRef": {"name": "tokens"}}] and main["lifecycle"]["preStop"]
+    sa = next(o for o in objs if o["kind"] == "ServiceAccount")
+    assert spec["serviceAccountName"] == sa["metadata"]["name"] == "rel-trtwarm"
+    assert sa["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/r"}
+    pdb = next(o for o in objs if o["kind"] == "PodDisruptionBudget")
+    assert pdb["spec"]["selector"] == dep["spec"]["selector"]
+
+
+def test_events_get_a_token_in_trtwarm_init_only() -> None:
+    spec = pod_spec(objects(render({"rbac": {"events": True}})))
+    assert spec["automountServiceAccountToken"] is False
+    token = "/var/run/secrets/kubernetes.io/serviceaccount"
+    holders = [c["name"] for c in spec["initContainers"] + spec["containers"] if token in mounts(c).values()]
+    assert holders == ["trtwarm-init"]
+
+
+def test_valid_looking_combinations_that_would_break_are_refused() -> None:
+    with pytest.raises(helm.HelmError, match="needs cache.pvc.existingClaim"):
+        render({"cache": {"pvc": {"create": False}}})
+    with pytest.raises(helm.HelmError, match="gc.mode=sidecar needs exporter.enabled"):
+        render({"gc": {"mode": "sidecar"}, "exporter": {"enabled": False}})
+    with pytest.raises(helm.HelmError, match="gc.mode=cronjob needs exporter.enabled"):
+        render({"gc": {"mode": "cronjob"}, "exporter": {"enabled": False}})
+    with pytest.raises(helm.HelmError, match="DirectoryOrCreate makes a root-owned"):
+        render({"cache": {"type": "hostPath"}})
+    with pytest.raises(helm.HelmError, match="metrics.enabled needs exporter.enabled"):
+        render({"metrics": {"enabled": True, "kind": "ServiceMonitor"}, "exporter": {"enabled": False}})
+
+
+def test_the_cache_claim_outlives_the_release_and_the_model_volume_is_not_re_owned() -> None:
+    objs = objects(render({"engine": {"model": {"volume": {"persistentVolumeClaim": {"claimName": "models"}}}}}))
+    pvc = next(o for o in objs if o["kind"] == "PersistentVolumeClaim")
+    assert pvc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    model = next(v for v in pod_spec(objs)["volumes"] if v["name"] == "trtwarm-model")
+    assert model["persistentVolumeClaim"] == {"claimName": "models", "readOnly": True}
+
+
+def test_fix_permissions_runs_before_the_exporter_and_survives_root_squash() -> None:
+    spec = pod_spec(objects(render({"cache": {"fixPermissions": {"enabled": True}}})))
+    assert [c["name"] for c in spec["initContainers"]][:2] == ["trtwarm-fix-permissions", "trtwarm-exporter"]
+    script = container(spec, "trtwarm-fix-permissions")["args"][0]
+    proc = subprocess.run(["sh", "-c", script.replace("/models/cache", "/nonexistent/cache")], capture_output=True,
+                          text=True, check=False)
+    assert proc.returncode == 0 and "root_squash" in proc.stderr
+
+
+def test_monitoring_objects_carry_the_release_label_guards_and_per_pod_alerts() -> None:
+    values = values_of(CHART / "ci" / "legacy-exporter-values.yaml")
+    objs = objects(render(values))
+    rule = next(o for o in objs if o["kind"] == "PrometheusRule")
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    alerts = {r["alert"]: r for r in rule["spec"]["groups"][0]["rules"]}
+    failed = alerts["TrtwarmInitFailed"]["expr"]
+    assert "sum by (namespace, pod)" in failed and "kube_pod_init_container_status_restarts_total" in failed
+    assert "max by (namespace, cache_volume)" in alerts["TrtwarmEngineQuarantined"]["expr"]
+    monitor = next(o for o in objs if o["kind"] == "PodMonitor")
+    assert monitor["spec"]["podMetricsEndpoints"][0]["relabelings"] == [
+        {"targetLabel": "cache_volume", "replacement": "pvc/rel-trtwarm-cache"}]
+
+
+def test_notes_read_the_crash_loop_message_and_skip_a_disabled_exporter() -> None:
+    notes = next(t for p, t in render({"exporter": {"enabled": False}}).items() if p.endswith("NOTES.txt"))
+    assert "lastState.terminated.message" in notes and "-c trtwarm-exporter" not in notes
+    assert "ReadWriteOnce only" in notes

@@ -17,6 +17,18 @@
 {{- end }}
 {{- end }}
 
+{{/* The full name shortened to fit `max` characters with "-<suffix>" appended (dict "ctx" . "suffix" "gc" "max"
+52). CronJob names are limited to 52 (the Job name adds 11), StatefulSet names to 52 (the controller-revision-hash
+label), Service names to 63. */}}
+{{- define "trtwarm.nameWithSuffix" -}}
+{{- $base := include "trtwarm.fullname" .ctx }}
+{{- if .suffix }}
+{{- printf "%s-%s" ($base | trunc (int (sub .max (add1 (len .suffix)))) | trimSuffix "-") .suffix }}
+{{- else }}
+{{- $base | trunc (int .max) | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
 {{- define "trtwarm.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
@@ -33,16 +45,69 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
-{{- define "trtwarm.serviceAccountName" -}}
-{{- if .Values.rbac.events }}{{ include "trtwarm.fullname" . }}{{ else }}{{ .Values.serviceAccount.name }}{{ end }}
+{{/* Whether the chart creates the ServiceAccount: asked for, or needed for Events. */}}
+{{- define "trtwarm.createServiceAccount" -}}
+{{- if or (.Values.serviceAccount | default dict).create .Values.rbac.events }}true{{ end }}
 {{- end }}
 
+{{- define "trtwarm.serviceAccountName" -}}
+{{- if include "trtwarm.createServiceAccount" . }}{{ default (include "trtwarm.fullname" .) .Values.serviceAccount.name }}
+{{- else }}{{ .Values.serviceAccount.name }}{{ end }}
+{{- end }}
+
+{{/* An image reference: (dict "image" .Values.x.image "ctx" . "what" "x.image" "default" "<tag>").
+`registry` (or global.imageRegistry) replaces the repository's registry host; `digest` pins it (tag ignored). */}}
 {{- define "trtwarm.image" -}}
-{{- printf "%s:%s" .image.repository (default .ctx.Chart.AppVersion .image.tag) }}
+{{- $global := (.ctx.Values.global | default dict) }}
+{{- $repo := include "trtwarm.withRegistry" (dict "ref" .image.repository "registry" (.image.registry | default $global.imageRegistry)) }}
+{{- if .image.digest }}
+{{- printf "%s@%s" $repo .image.digest }}
+{{- else }}
+{{- $tag := toString (.image.tag | default .default | default "") }}
+{{- if not $tag }}
+{{- fail (printf "%s.tag is empty: set a tag (e.g. %s.tag=25.08-py3) or pin %s.digest=sha256:..." .what .what .what) }}
+{{- end }}
+{{- printf "%s:%s" $repo $tag }}
+{{- end }}
+{{- end }}
+
+{{/* `ref` with its registry host replaced by `registry` (a first path part with a "." or ":" or "localhost" is a
+host); a ref without a host gets `registry/` in front. */}}
+{{- define "trtwarm.withRegistry" -}}
+{{- if not .registry }}{{ .ref }}
+{{- else }}
+{{- $parts := splitList "/" .ref }}
+{{- $first := first $parts }}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) }}
+{{- printf "%s/%s" (trimSuffix "/" .registry) (join "/" (rest $parts)) }}
+{{- else }}
+{{- printf "%s/%s" (trimSuffix "/" .registry) .ref }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{- define "trtwarm.cacheClaim" -}}
-{{- default (printf "%s-cache" (include "trtwarm.fullname" .)) .Values.cache.pvc.existingClaim }}
+{{- if .Values.cache.pvc.existingClaim }}{{ .Values.cache.pvc.existingClaim }}
+{{- else if .Values.cache.pvc.create }}{{ include "trtwarm.nameWithSuffix" (dict "ctx" . "suffix" "cache" "max" 63) }}
+{{- else }}
+{{- fail "cache.pvc.create=false needs cache.pvc.existingClaim (the name of a ReadWriteMany claim), or use cache.type=hostPath" }}
+{{- end }}
+{{- end }}
+
+{{/* A list of env vars: `base` with each variable `extra` also names replaced in place, then the rest of `extra`
+(one entry per name, the last one wins): Kubernetes keeps duplicates and server-side apply refuses them. */}}
+{{- define "trtwarm.env" -}}
+{{- $over := dict }}
+{{- range .extra }}{{ $_ := set $over .name . }}{{ end }}
+{{- $out := list }}
+{{- $seen := dict }}
+{{- range (concat .base .extra) }}
+{{- if not (hasKey $seen .name) }}
+{{- $out = append $out (ternary (get $over .name) . (hasKey $over .name)) }}
+{{- $_ := set $seen .name true }}
+{{- end }}
+{{- end }}
+{{- toYaml $out }}
 {{- end }}
 
 {{/* The downward-API identity trtwarm names builders and leases with, and records Events against. */}}
@@ -59,74 +124,54 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
   value: /tmp
 {{- end }}
 
-{{/* `trtwarm init` arguments from .Values.engine. */}}
+{{/* `trtwarm init` arguments from .Values.engine, as a YAML list of plain strings (so `: `, ` #` and quotes in a
+value stay part of the argument). */}}
 {{- define "trtwarm.initArgs" -}}
 {{- $e := .Values.engine -}}
-- --model={{ $e.model.path }}
-- --cache-dir={{ .Values.cache.mountPath }}
-- --handoff-dir={{ .Values.handoff.mountPath }}
-- --builder={{ $e.builder }}
-{{- with $e.precision }}
-- --precision={{ . }}
-{{- end }}
-{{- range $input, $dims := $e.shapes }}
-- --shape={{ $input }}={{ $dims }}
-{{- end }}
-{{- if and $e.shapes $e.profiles }}
-{{- fail "engine.shapes and engine.profiles do not mix: give every profile in engine.profiles" }}
-{{- end }}
-{{- range $e.profiles }}
-- --profile={{ . }}
-{{- end }}
-{{- with $e.name }}
-- --name={{ . }}
-{{- end }}
-{{- range $k, $v := $e.keyExtra }}
-- --key-extra={{ $k }}={{ $v }}
-{{- end }}
-{{- if eq $e.builder "tensorrt" }}
-{{- with $e.tensorrt.workspace }}
-- --workspace={{ . }}
-{{- end }}
-{{- if ne (toString $e.tensorrt.optLevel) "" }}
-- --opt-level={{ $e.tensorrt.optLevel }}
-{{- end }}
-- --hardware-compat={{ $e.tensorrt.hardwareCompat }}
-- --tf32={{ $e.tensorrt.tf32 }}
-{{- if $e.tensorrt.versionCompatible }}
-- --version-compatible
-{{- end }}
-{{- if $e.tensorrt.excludeLeanRuntime }}
-- --exclude-lean-runtime
-{{- end }}
-{{- range $e.tensorrt.plugins }}
-- --plugin={{ . }}
-{{- end }}
-{{- else if eq $e.builder "command" }}
-- --build-command={{ required "engine.command.template is required with builder=command" $e.command.template }}
-- --builder-version={{ required "engine.command.version is required with builder=command" $e.command.version }}
-{{- else if eq $e.builder "onnxruntime" }}
-- --ort-provider={{ $e.ortProvider }}
-{{- end }}
-- --verify={{ $e.verify }}
-- --lock-mode={{ $e.lockMode }}
-- --lock-timeout={{ $e.lockTimeout }}
-{{- if $e.readOnly }}
-- --read-only
-{{- end }}
-{{- if $e.triton.enabled }}
-- --triton-repo={{ .Values.handoff.mountPath }}/triton
-- --triton-model={{ $e.triton.model }}
-{{- end }}
-{{- range $e.extraArgs }}
-- {{ . }}
-{{- end }}
+{{- $a := list (printf "--model=%v" $e.model.path) (printf "--cache-dir=%v" .Values.cache.mountPath) -}}
+{{- $a = append $a (printf "--handoff-dir=%v" .Values.handoff.mountPath) -}}
+{{- $a = append $a (printf "--builder=%v" $e.builder) -}}
+{{- with $e.precision }}{{ $a = append $a (printf "--precision=%v" .) }}{{ end -}}
+{{- range $input, $dims := $e.shapes }}{{ $a = append $a (printf "--shape=%v=%v" $input $dims) }}{{ end -}}
+{{- if and $e.shapes $e.profiles -}}
+{{- fail "engine.shapes and engine.profiles do not mix: give every profile in engine.profiles" -}}
+{{- end -}}
+{{- range $e.profiles }}{{ $a = append $a (printf "--profile=%v" .) }}{{ end -}}
+{{- with $e.name }}{{ $a = append $a (printf "--name=%v" .) }}{{ end -}}
+{{- range $k, $v := $e.keyExtra }}{{ $a = append $a (printf "--key-extra=%v=%v" $k $v) }}{{ end -}}
+{{- if eq $e.builder "tensorrt" -}}
+{{- with $e.tensorrt.workspace }}{{ $a = append $a (printf "--workspace=%v" .) }}{{ end -}}
+{{- if ne (toString $e.tensorrt.optLevel) "" }}{{ $a = append $a (printf "--opt-level=%v" $e.tensorrt.optLevel) }}{{ end -}}
+{{- $a = append $a (printf "--hardware-compat=%v" $e.tensorrt.hardwareCompat) -}}
+{{- $a = append $a (printf "--tf32=%v" $e.tensorrt.tf32) -}}
+{{- if $e.tensorrt.versionCompatible }}{{ $a = append $a "--version-compatible" }}{{ end -}}
+{{- if $e.tensorrt.excludeLeanRuntime }}{{ $a = append $a "--exclude-lean-runtime" }}{{ end -}}
+{{- range $e.tensorrt.plugins }}{{ $a = append $a (printf "--plugin=%v" .) }}{{ end -}}
+{{- else if eq $e.builder "command" -}}
+{{- $a = append $a (printf "--build-command=%v" (required "engine.command.template is required with builder=command" $e.command.template)) -}}
+{{- $a = append $a (printf "--builder-version=%v" (required "engine.command.version is required with builder=command" $e.command.version)) -}}
+{{- else if eq $e.builder "onnxruntime" -}}
+{{- $a = append $a (printf "--ort-provider=%v" $e.ortProvider) -}}
+{{- end -}}
+{{- $a = append $a (printf "--verify=%v" $e.verify) -}}
+{{- $a = append $a (printf "--lock-mode=%v" $e.lockMode) -}}
+{{- $a = append $a (printf "--lock-timeout=%v" $e.lockTimeout) -}}
+{{- if $e.readOnly }}{{ $a = append $a "--read-only" }}{{ end -}}
+{{- if $e.triton.enabled -}}
+{{- $a = append $a (printf "--triton-repo=%v/triton" .Values.handoff.mountPath) -}}
+{{- $a = append $a (printf "--triton-model=%v" $e.triton.model) -}}
+{{- end -}}
+{{- range $e.extraArgs }}{{ $a = append $a (toString .) }}{{ end -}}
+{{- toYaml $a }}
 {{- end }}
 
-{{/* The GPU resources of the inference container, copied so the init container builds on the same GPU. */}}
+{{/* The GPU resources of the inference container (limits, then requests), copied so the init container builds on
+the same GPU. */}}
 {{- define "trtwarm.gpuLimits" -}}
-{{- range $name, $qty := ((.Values.workload.container.resources | default dict).limits | default dict) }}
-{{- if hasPrefix "nvidia.com/" $name }}
+{{- $res := .Values.workload.container.resources | default dict }}
+{{- $all := merge (deepCopy ($res.limits | default dict)) ($res.requests | default dict) }}
+{{- range $name, $qty := $all }}
+{{- if and (hasPrefix "nvidia.com/" $name) (ne (toString $qty) "<nil>") }}
 {{ $name }}: {{ $qty | quote }}
 {{- end }}
 {{- end }}
@@ -145,20 +190,21 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
   mountPath: {{ .Values.cache.mountPath }}
 {{- end }}
 
+{{/* The service-account token, projected into trtwarm init only (for Events) when the Pod does not automount it. */}}
+{{- define "trtwarm.eventsToken" -}}
+{{- if and .Values.rbac.events (not .Values.serviceAccount.automount) }}true{{ end }}
+{{- end }}
+
 {{- define "trtwarm.initContainer" -}}
 - name: trtwarm-init
-  image: {{ include "trtwarm.image" (dict "image" .Values.init.image "ctx" .) }}
+  image: {{ include "trtwarm.image" (dict "image" .Values.init.image "ctx" . "what" "init.image" "default" .Chart.AppVersion) }}
   imagePullPolicy: {{ .Values.init.image.pullPolicy }}
   command: ["trtwarm-init"]
   args:
     {{- include "trtwarm.initArgs" . | nindent 4 }}
   env:
-    {{- include "trtwarm.podEnv" . | nindent 4 }}
-    - name: TRTWARM_LOG_FORMAT
-      value: {{ .Values.init.logFormat | quote }}
-    {{- with .Values.init.env }}
-    {{- toYaml . | nindent 4 }}
-    {{- end }}
+    {{- $base := concat (include "trtwarm.podEnv" . | fromYamlArray) (list (dict "name" "TRTWARM_LOG_FORMAT" "value" (toString .Values.init.logFormat))) }}
+    {{- include "trtwarm.env" (dict "base" $base "extra" (.Values.init.env | default list)) | nindent 4 }}
   resources:
     {{- include "trtwarm.initResources" . | nindent 4 }}
   securityContext:
@@ -175,28 +221,38 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
       mountPath: {{ .Values.engine.model.mountPath }}
       readOnly: true
     {{- end }}
+    {{- if include "trtwarm.eventsToken" . }}
+    - name: trtwarm-sa-token
+      mountPath: /var/run/secrets/kubernetes.io/serviceaccount
+      readOnly: true
+    {{- end }}
+{{- end }}
+
+{{- define "trtwarm.exporterArgs" -}}
+{{- $a := list (printf "--cache-dir=%v" .Values.cache.mountPath) (printf "--handoff-dir=%v" .Values.handoff.mountPath) }}
+{{- $a = append $a (printf "--port=%v" .Values.exporter.port) }}
+{{- $a = append $a (printf "--scan-interval=%v" .Values.exporter.scanInterval) }}
+{{- $a = append $a (printf "--lock-mode=%v" .Values.engine.lockMode) }}
+{{- if eq .Values.gc.mode "sidecar" }}
+{{- $a = concat $a (include "trtwarm.gcArgs" (dict "prefix" "--gc-" "gc" .Values.gc) | fromYamlArray) }}
+{{- $a = append $a (printf "--gc-interval=%v" .Values.gc.interval) }}
+{{- end }}
+{{- range .Values.exporter.extraArgs }}{{ $a = append $a (toString .) }}{{ end }}
+{{- toYaml $a }}
 {{- end }}
 
 {{- define "trtwarm.exporterContainer" -}}
 - name: trtwarm-exporter
-  image: {{ include "trtwarm.image" (dict "image" .Values.exporter.image "ctx" .) }}
+  image: {{ include "trtwarm.image" (dict "image" .Values.exporter.image "ctx" . "what" "exporter.image" "default" .Chart.AppVersion) }}
   imagePullPolicy: {{ .Values.exporter.image.pullPolicy }}
   {{- if eq .Values.exporter.mode "native" }}
   restartPolicy: Always
   {{- end }}
   command: ["trtwarm-sidecar"]
   args:
-    - --cache-dir={{ .Values.cache.mountPath }}
-    - --handoff-dir={{ .Values.handoff.mountPath }}
-    - --port={{ .Values.exporter.port }}
-    - --scan-interval={{ .Values.exporter.scanInterval }}
-    - --lock-mode={{ .Values.engine.lockMode }}
-    {{- if eq .Values.gc.mode "sidecar" }}
-    {{- include "trtwarm.gcArgs" (dict "prefix" "--gc-" "gc" .Values.gc) | nindent 4 }}
-    - --gc-interval={{ .Values.gc.interval }}
-    {{- end }}
+    {{- include "trtwarm.exporterArgs" . | nindent 4 }}
   env:
-    {{- include "trtwarm.podEnv" . | nindent 4 }}
+    {{- include "trtwarm.env" (dict "base" (include "trtwarm.podEnv" . | fromYamlArray) "extra" (.Values.exporter.env | default list)) | nindent 4 }}
   ports:
     - name: trtwarm-metrics
       containerPort: {{ .Values.exporter.port }}
@@ -220,23 +276,27 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
       mountPath: /tmp
 {{- end }}
 
+{{/* gc flags as a YAML list of strings, each with `prefix` ("--" or "--gc-"). */}}
 {{- define "trtwarm.gcArgs" -}}
-{{- with .gc.maxAge }}
-- {{ $.prefix }}max-age={{ . }}
-{{- end }}
-{{- with .gc.maxBytes }}
-- {{ $.prefix }}max-bytes={{ . }}
-{{- end }}
-{{- if ne (toString .gc.keepPerModel) "" }}
-- {{ .prefix }}keep-per-model={{ .gc.keepPerModel }}
-{{- end }}
-- {{ .prefix }}quarantine-grace={{ .gc.quarantineGrace }}
+{{- $a := list }}
+{{- with .gc.maxAge }}{{ $a = append $a (printf "%smax-age=%v" $.prefix .) }}{{ end }}
+{{- with .gc.maxBytes }}{{ $a = append $a (printf "%smax-bytes=%v" $.prefix .) }}{{ end }}
+{{- if ne (toString .gc.keepPerModel) "" }}{{ $a = append $a (printf "%skeep-per-model=%v" .prefix .gc.keepPerModel) }}{{ end }}
+{{- $a = append $a (printf "%squarantine-grace=%v" .prefix .gc.quarantineGrace) }}
+{{- toYaml $a }}
 {{- end }}
 
+{{/* Root, CHOWN and FOWNER only: it makes the cache root writable by the Pod's user where the volume ignores
+`fsGroup`. Where root cannot chown (NFS root_squash) it says so and lets trtwarm init report an unwritable cache
+with its own hint, instead of crash-looping here. */}}
 {{- define "trtwarm.fixPermissionsContainer" -}}
+{{- $uid := .Values.init.securityContext.runAsUser | default 1000 }}
+{{- $gid := .Values.workload.podSecurityContext.fsGroup | default (.Values.init.securityContext.runAsGroup | default 1000) }}
 - name: trtwarm-fix-permissions
-  image: {{ .Values.cache.fixPermissions.image }}
-  command: ["sh", "-c", "chown {{ .Values.workload.podSecurityContext.runAsUser | default 1000 }}:{{ .Values.workload.podSecurityContext.fsGroup | default 1000 }} {{ .Values.cache.mountPath }} && chmod 2775 {{ .Values.cache.mountPath }}"]
+  image: {{ include "trtwarm.withRegistry" (dict "ref" .Values.cache.fixPermissions.image "registry" (.Values.global | default dict).imageRegistry) }}
+  command: ["sh", "-c"]
+  args:
+    - {{ printf "chown %v:%v %s && chmod 2775 %s || echo 'trtwarm-fix-permissions: cannot chown %s (an NFS export with root_squash?); give the directory to uid %v on the server' >&2" $uid $gid .Values.cache.mountPath .Values.cache.mountPath .Values.cache.mountPath $uid | quote }}
   securityContext:
     runAsUser: 0
     runAsNonRoot: false
@@ -248,50 +308,38 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
     {{- include "trtwarm.cacheMount" . | nindent 4 }}
 {{- end }}
 
-{{/* The inference container: the user's, plus the engine env and the two mounts at the init container's paths. */}}
-{{- define "trtwarm.mainContainer" -}}
+{{/* The inference container: the user's, plus the engine env and the two mounts at the init container's paths,
+then `workload.containerExtra` merged over it as is. */}}
+{{- define "trtwarm.mainContainerBase" -}}
 {{- $c := .Values.workload.container -}}
-- name: {{ $c.name }}
-  image: "{{ $c.image.repository }}:{{ $c.image.tag }}"
-  imagePullPolicy: {{ $c.image.pullPolicy }}
-  {{- with $c.command }}
-  command:
-    {{- toYaml . | nindent 4 }}
+name: {{ $c.name }}
+image: {{ include "trtwarm.image" (dict "image" $c.image "ctx" . "what" "workload.container.image") }}
+imagePullPolicy: {{ $c.image.pullPolicy }}
+{{- range $field := list "command" "args" "envFrom" "ports" "resources" "startupProbe" "readinessProbe" "livenessProbe" "lifecycle" "securityContext" }}
+{{- with index $c $field }}
+{{ $field }}:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+env:
+  {{- $base := list (dict "name" "TRTWARM_ENGINE" "value" (printf "%s/engine" .Values.handoff.mountPath)) }}
+  {{- include "trtwarm.env" (dict "base" $base "extra" ($c.env | default list)) | nindent 2 }}
+volumeMounts:
+  - name: trtwarm-cache
+    mountPath: {{ .Values.cache.mountPath }}
+    readOnly: true
+  - name: trtwarm-handoff
+    mountPath: {{ .Values.handoff.mountPath }}
+    readOnly: true
+  {{- with $c.volumeMounts }}
+  {{- toYaml . | nindent 2 }}
   {{- end }}
-  {{- with $c.args }}
-  args:
-    {{- toYaml . | nindent 4 }}
-  {{- end }}
-  env:
-    - name: TRTWARM_ENGINE
-      value: {{ printf "%s/engine" .Values.handoff.mountPath | quote }}
-    {{- with $c.env }}
-    {{- toYaml . | nindent 4 }}
-    {{- end }}
-  {{- with $c.ports }}
-  ports:
-    {{- toYaml . | nindent 4 }}
-  {{- end }}
-  {{- with $c.resources }}
-  resources:
-    {{- toYaml . | nindent 4 }}
-  {{- end }}
-  {{- range $probe := list "startupProbe" "readinessProbe" "livenessProbe" "securityContext" }}
-  {{- with index $c $probe }}
-  {{ $probe }}:
-    {{- toYaml . | nindent 4 }}
-  {{- end }}
-  {{- end }}
-  volumeMounts:
-    - name: trtwarm-cache
-      mountPath: {{ .Values.cache.mountPath }}
-      readOnly: true
-    - name: trtwarm-handoff
-      mountPath: {{ .Values.handoff.mountPath }}
-      readOnly: true
-    {{- with $c.volumeMounts }}
-    {{- toYaml . | nindent 4 }}
-    {{- end }}
+{{- end }}
+
+{{- define "trtwarm.mainContainer" -}}
+{{- $c := include "trtwarm.mainContainerBase" . | fromYaml }}
+{{- $c = mustMergeOverwrite $c (deepCopy (.Values.workload.containerExtra | default dict)) }}
+{{- toYaml (list $c) }}
 {{- end }}
 
 {{- define "trtwarm.cacheVolume" -}}
@@ -300,6 +348,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
   persistentVolumeClaim:
     claimName: {{ include "trtwarm.cacheClaim" . }}
 {{- else if eq .Values.cache.type "hostPath" }}
+{{- if and (eq .Values.cache.hostPath.type "DirectoryOrCreate") (not .Values.cache.fixPermissions.enabled) }}
+{{- fail "cache.hostPath.type=DirectoryOrCreate makes a root-owned 0755 directory trtwarm cannot write: set cache.fixPermissions.enabled=true, or create the directory owned by uid 1000 and use type Directory" }}
+{{- end }}
   hostPath:
     path: {{ .Values.cache.hostPath.path }}
     type: {{ .Values.cache.hostPath.type }}
@@ -311,16 +362,31 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
-{{- define "trtwarm.podSpec" -}}
+{{/* Guards for values that validate one by one but break together. */}}
+{{- define "trtwarm.checks" -}}
 {{- if and .Values.exporter.enabled (eq .Values.exporter.mode "native") (semverCompare "<1.29.0-0" .Capabilities.KubeVersion.Version) }}
 {{- fail "exporter.mode=native needs Kubernetes 1.29 or newer (native sidecars); set exporter.mode=legacy" }}
 {{- end }}
+{{- if and (ne .Values.gc.mode "none") (not .Values.exporter.enabled) }}
+{{- fail (printf "gc.mode=%s needs exporter.enabled=true: the exporter holds the Pod's in-use lease (and runs gc in sidecar mode); without it gc could remove an engine a running Pod uses" .Values.gc.mode) }}
+{{- end }}
+{{- end }}
+
+{{- define "trtwarm.podSpecBase" -}}
+{{- include "trtwarm.checks" . }}
 {{- with .Values.workload.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- with include "trtwarm.serviceAccountName" . }}
 serviceAccountName: {{ . }}
+{{- end }}
+automountServiceAccountToken: {{ .Values.serviceAccount.automount }}
+{{- with .Values.workload.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .Values.workload.runtimeClassName }}
+runtimeClassName: {{ . }}
 {{- end }}
 securityContext:
   {{- toYaml .Values.workload.podSecurityContext | nindent 2 }}
@@ -337,12 +403,21 @@ tolerations:
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-initContainers:
-  {{- if and .Values.exporter.enabled (eq .Values.exporter.mode "native") }}
-  {{- include "trtwarm.exporterContainer" . | nindent 2 }}
+{{- with .Values.workload.topologySpreadConstraints }}
+{{- $selector := include "trtwarm.selectorLabels" $ | fromYaml }}
+topologySpreadConstraints:
+  {{- range . }}
+  {{- $tsc := deepCopy . }}
+  {{- if not (hasKey $tsc "labelSelector") }}{{ $_ := set $tsc "labelSelector" (dict "matchLabels" $selector) }}{{ end }}
+  - {{- toYaml $tsc | nindent 4 }}
   {{- end }}
+{{- end }}
+initContainers:
   {{- if .Values.cache.fixPermissions.enabled }}
   {{- include "trtwarm.fixPermissionsContainer" . | nindent 2 }}
+  {{- end }}
+  {{- if and .Values.exporter.enabled (eq .Values.exporter.mode "native") }}
+  {{- include "trtwarm.exporterContainer" . | nindent 2 }}
   {{- end }}
   {{- with .Values.workload.extraInitContainers }}
   {{- toYaml . | nindent 2 }}
@@ -365,11 +440,40 @@ volumes:
     emptyDir: {}
   {{- with .Values.engine.model.volume }}
   - name: trtwarm-model
-    {{- toYaml . | nindent 4 }}
+    {{- /* read-only: the kubelet then leaves its ownership alone (fsGroup would re-own a shared model volume) */}}
+    {{- $v := deepCopy . }}
+    {{- if and $v.persistentVolumeClaim (not (hasKey $v.persistentVolumeClaim "readOnly")) }}
+    {{- $_ := set $v.persistentVolumeClaim "readOnly" true }}
+    {{- end }}
+    {{- toYaml $v | nindent 4 }}
+  {{- end }}
+  {{- if include "trtwarm.eventsToken" . }}
+  - name: trtwarm-sa-token
+    projected:
+      sources:
+        - serviceAccountToken:
+            path: token
+            expirationSeconds: 3607
+        - configMap:
+            name: kube-root-ca.crt
+            items: [{key: ca.crt, path: ca.crt}]
+        - downwardAPI:
+            items:
+              - path: namespace
+                fieldRef: {fieldPath: metadata.namespace}
   {{- end }}
   {{- with .Values.workload.extraVolumes }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
+{{- end }}
+
+{{/* The Pod spec, with `workload.podSpecExtra` merged over it as is (maps merge, lists are replaced). */}}
+{{- define "trtwarm.podSpec" -}}
+{{- $spec := include "trtwarm.podSpecBase" . | fromYaml }}
+{{- if hasKey $spec "Error" }}
+{{- fail (printf "trtwarm: the rendered Pod spec is not valid YAML: %s" $spec.Error) }}
+{{- end }}
+{{- toYaml (mustMergeOverwrite $spec (deepCopy (.Values.workload.podSpecExtra | default dict))) }}
 {{- end }}
 
 {{- define "trtwarm.podTemplate" -}}
@@ -385,4 +489,21 @@ metadata:
   {{- end }}
 spec:
   {{- include "trtwarm.podSpec" . | trim | nindent 2 }}
+{{- end }}
+
+{{/* Relabelings that give every scraped series a `cache_volume` label naming the cache volume (the claim, the node
+of a hostPath cache, or the Pod of an emptyDir one), so per-volume metrics aggregate by volume, not across them. */}}
+{{- define "trtwarm.cacheVolumeRelabelings" -}}
+{{- if eq .Values.cache.type "pvc" }}
+- targetLabel: cache_volume
+  replacement: {{ printf "pvc/%s" (include "trtwarm.cacheClaim" .) }}
+{{- else if eq .Values.cache.type "hostPath" }}
+- sourceLabels: [__meta_kubernetes_pod_node_name]
+  targetLabel: cache_volume
+  replacement: hostPath/$1
+{{- else }}
+- sourceLabels: [__meta_kubernetes_pod_name]
+  targetLabel: cache_volume
+  replacement: emptyDir/$1
+{{- end }}
 {{- end }}
