@@ -46,8 +46,8 @@ def test_with_mig_enabled_cuda_sees_the_mig_device() -> None:
     assert gpu.key_fields(MIG)["mig_profile"] == "1g.5gb"
 
 
-@pytest.mark.parametrize("env", [{"NVIDIA_VISIBLE_DEVICES": "none"}, {"NVIDIA_VISIBLE_DEVICES": "void"},
-                                 {"CUDA_VISIBLE_DEVICES": ""}, {"CUDA_VISIBLE_DEVICES": "GPU-nope"}])
+@pytest.mark.parametrize("env", [{"NVIDIA_VISIBLE_DEVICES": "none"}, {"CUDA_VISIBLE_DEVICES": ""},
+                                 {"CUDA_VISIBLE_DEVICES": "GPU-nope"}, {"NVIDIA_VISIBLE_DEVICES": "GPU-nope"}])
 def test_no_visible_gpu_is_a_config_error_about_the_gpu_request(env: dict[str, str]) -> None:
     with pytest.raises(ConfigError) as info:
         gpu.select([H200], env)
@@ -130,3 +130,43 @@ def test_two_keys_on_one_gpu_build_one_after_the_other(model: Path, tmp_path: Pa
     log_b = second.log.read_text()  # type: ignore[attr-defined]
     print(log_b)
     assert "being built on it by pod pod-a" in log_b and json.loads(second.stdout.read())["result"] == "built"
+
+
+MIG_B = gpu.GpuInfo("MIG-99998888-3333-4444-5555-666677778888", "NVIDIA A100-SXM4-40GB MIG 1g.5gb", (8, 0),
+                    5368709120, "00000000:3B:00.0", "1g.5gb")
+
+
+@pytest.mark.parametrize("value,gpus,expected", [
+    ("all", [H200, H200_B], H200),              # every device NVML lists; the first in NVML order
+    ("void", [H200_B], H200_B),                 # the runtime ignores it (CDI injected the devices NVML lists)
+    ("", [H200_B], H200_B),
+    ("3", [H200_B], H200_B),                    # a host index: inside the container only the allocated GPU is listed
+    ("0,1", [H200, H200_B], H200),
+    ("0:1", [A100, MIG], MIG),                  # a host GPU:MIG index pair
+    (H200_B.uuid, [H200, H200_B], H200_B),
+    (f"{H200_B.uuid},{H200.uuid}", [H200, H200_B], H200_B),
+    (MIG_B.uuid, [A100, MIG, MIG_B], MIG_B),    # a MIG UUID (deviceIDStrategy uuid with MIG)
+    (f"nvidia.com/gpu={H200_B.uuid}", [H200, H200_B], H200_B),  # a CDI device name
+    (f"nvidia.com/mig={MIG_B.uuid}", [A100, MIG, MIG_B], MIG_B),
+    ("nvidia.com/gpu=all", [H200, H200_B], H200),
+], ids=["all", "void", "empty", "index", "indices", "mig-index", "uuid", "uuids", "mig-uuid", "cdi-uuid", "cdi-mig",
+        "cdi-all"])
+def test_every_nvidia_visible_devices_form_of_the_device_plugin(value: str, gpus: list, expected: gpu.GpuInfo) -> None:
+    assert gpu.select(gpus, {"NVIDIA_VISIBLE_DEVICES": value}) is expected
+
+
+def test_volume_mounts_strategy_lists_the_devices_as_file_names(tmp_path: Path) -> None:
+    devices = tmp_path / "nvidia-container-devices"  # what the device plugin mounts: one /dev/null per device id
+    devices.mkdir()
+    (devices / H200_B.uuid).touch()
+    env = {"NVIDIA_VISIBLE_DEVICES": str(gpu.VOLUME_MOUNTS_DIR)}
+    assert gpu.select([H200, H200_B], env, devices_dir=devices) is H200_B
+    (devices / H200_B.uuid).unlink()
+    (devices / MIG_B.uuid).touch()
+    assert gpu.select([A100, MIG, MIG_B], env, devices_dir=devices) is MIG_B
+    (devices / MIG_B.uuid).unlink()
+    with pytest.raises(ConfigError, match="lists no device") as info:
+        gpu.select([H200], env, devices_dir=devices)
+    assert "nvidia.com/gpu" in str(info.value.hint)
+    with pytest.raises(ConfigError, match="cannot be read"):
+        gpu.select([H200], env, devices_dir=tmp_path / "missing")

@@ -3,7 +3,14 @@
 :func:`detect` reads every NVML device (and MIG device), then :func:`select` picks the one this container builds
 on: the first device CUDA would see, honouring ``CUDA_VISIBLE_DEVICES`` and ``NVIDIA_VISIBLE_DEVICES``, matched by
 UUID rather than by index (NVML and CUDA enumerate in different orders; with indices we assume CUDA's
-``PCI_BUS_ID`` order). The key uses :func:`key_fields`: product, compute capability, MIG profile, memory in GiB;
+``PCI_BUS_ID`` order).
+
+``NVIDIA_VISIBLE_DEVICES`` comes in every form the NVIDIA device plugin's ``deviceListStrategy`` produces
+(k8s-device-plugin README; container-toolkit docs "Specialized configurations with Docker"): ``all``; ``none`` (no
+GPU); ``void`` or empty (the runtime ignores the variable, e.g. when CDI injects the devices: NVML lists exactly
+those); host indices (``0,1``; ``0:1`` for MIG) which mean nothing inside the container, where NVML only lists the
+allocated devices; ``GPU-``/``MIG-`` UUIDs; CDI device names (``nvidia.com/gpu=GPU-...``); and, with
+``volume-mounts``, the directory :data:`VOLUME_MOUNTS_DIR` whose file names are the allocated device ids. The key uses :func:`key_fields`: product, compute capability, MIG profile, memory in GiB;
 never the UUID, so identical GPUs share engines.
 """
 
@@ -12,12 +19,18 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from trtwarm.errors import ConfigError
 
 _NO_GPU_HINT = ("request a GPU for this container (resources.limits: nvidia.com/gpu: 1, the same as the inference "
                 "container) and run it with the NVIDIA container runtime")
+
+
+#: where the device plugin's ``volume-mounts`` strategy lists the allocated devices (one empty file per device id)
+VOLUME_MOUNTS_DIR = Path("/var/run/nvidia-container-devices")
+_CDI_NAME = re.compile(r"^[\w.-]+/[\w.-]+=(.+)$")  # vendor/class=name
 
 
 @dataclass(frozen=True)
@@ -46,7 +59,7 @@ def mig_profile(name: str) -> str | None:
 
 
 def _visible(value: str | None) -> list[str] | None:
-    """Parse a *_VISIBLE_DEVICES value: None means all, [] means none."""
+    """Parse a ``CUDA_VISIBLE_DEVICES`` value: None means all, [] means none."""
     if value is None:
         return None
     value = value.strip()
@@ -55,6 +68,38 @@ def _visible(value: str | None) -> list[str] | None:
     if value.lower() in ("", "none", "void", "nodevfiles"):
         return []
     return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _listed_devices(directory: Path) -> list[str]:
+    """The device ids the ``volume-mounts`` strategy left as file names in *directory*.
+
+    :raises ConfigError: the directory is missing, unreadable or empty (exit 2)
+    """
+    try:
+        names = sorted(entry.name for entry in directory.iterdir())
+    except OSError as exc:
+        raise ConfigError(f"NVIDIA_VISIBLE_DEVICES points at {directory}, which cannot be read ({exc.strerror})",
+                          hint=_NO_GPU_HINT) from None
+    if not names:
+        raise ConfigError(f"no GPU is visible ({directory} lists no device)", hint=_NO_GPU_HINT)
+    return names
+
+
+def _nvidia_visible(value: str | None, devices_dir: Path) -> list[str] | None:
+    """Parse ``NVIDIA_VISIBLE_DEVICES`` into device ids to match, None (every device NVML lists) or [] (none)."""
+    value = (value or "").strip()
+    if value.startswith("/"):
+        items = _listed_devices(devices_dir)
+    elif value.lower() == "none":
+        return []
+    elif value.lower() in ("", "all", "void"):
+        return None
+    else:
+        items = [v.strip() for v in value.split(",") if v.strip()]
+    items = [(_CDI_NAME.match(v) or [None, v])[1] for v in items]
+    if "all" in items or all(re.fullmatch(r"\d+(:\d+)?", v) for v in items):
+        return None  # host indices: inside the container NVML lists only the allocated devices
+    return items
 
 
 def _pick(gpus: list[GpuInfo], wanted: list[str] | None) -> list[GpuInfo]:
@@ -72,18 +117,22 @@ def _pick(gpus: list[GpuInfo], wanted: list[str] | None) -> list[GpuInfo]:
     return chosen
 
 
-def select(gpus: list[GpuInfo], environ: Mapping[str, str]) -> GpuInfo:
+def select(gpus: list[GpuInfo], environ: Mapping[str, str], devices_dir: Path = VOLUME_MOUNTS_DIR) -> GpuInfo:
     """Return the GPU CUDA device 0 would be, given the visible-devices variables.
+
+    *devices_dir* is where the ``volume-mounts`` strategy lists device ids when ``NVIDIA_VISIBLE_DEVICES`` is a path
+    (always :data:`VOLUME_MOUNTS_DIR` in a Pod; a parameter so tests can use a real directory elsewhere).
 
     :raises ConfigError: no GPU is visible (exit 2), with a hint about the Pod's ``nvidia.com/gpu`` request
     """
-    nvidia = _visible(environ.get("NVIDIA_VISIBLE_DEVICES"))
+    nvidia = _nvidia_visible(environ.get("NVIDIA_VISIBLE_DEVICES"), devices_dir)
     if nvidia == []:
         raise ConfigError(f"no GPU is visible (NVIDIA_VISIBLE_DEVICES={environ.get('NVIDIA_VISIBLE_DEVICES')!r})",
                           hint=_NO_GPU_HINT)
     candidates = [g for g in gpus if g.mig_profile] or gpus  # with MIG on, CUDA only sees MIG devices
-    chosen = _pick(_pick(candidates, nvidia if nvidia and not all(v.isdigit() for v in nvidia) else None),
-                   _visible(environ.get("CUDA_VISIBLE_DEVICES")))
+    if nvidia and any(v.upper().startswith("MIG-") for v in nvidia):
+        candidates = [g for g in gpus if g.mig_profile]
+    chosen = _pick(_pick(candidates, nvidia), _visible(environ.get("CUDA_VISIBLE_DEVICES")))
     if not chosen:
         raise ConfigError("no GPU is visible to this container", hint=_NO_GPU_HINT)
     return chosen[0]
@@ -173,4 +222,4 @@ def current(environ: Mapping[str, str], gpus: list[GpuInfo] | None = None) -> Gp
     return select(gpus, environ)
 
 
-__all__ = ["GpuInfo", "current", "detect", "key_fields", "lock_id", "mig_profile", "select"]
+__all__ = ["VOLUME_MOUNTS_DIR", "GpuInfo", "current", "detect", "key_fields", "lock_id", "mig_profile", "select"]
