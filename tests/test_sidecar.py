@@ -209,3 +209,46 @@ def test_prometheus_scrapes_sidecars_and_the_readme_hit_ratio_is_two_thirds(side
     finally:
         prom.proc.terminate()
         prom.proc.wait(timeout=10)
+
+
+def test_readyz_answers_from_memory_after_the_hand_off_so_a_volume_stall_does_not_flip_it(
+        sidecars, model: Path, cache: Path, tmp_path: Path) -> None:
+    side = sidecars(cache, tmp_path / "h")
+    assert run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h")).returncode == 0
+    assert get(side.url + "/readyz")[0] == 200
+    engine = Path(json.loads((tmp_path / "h" / "engine.json").read_text())["path"])
+    shutil.rmtree(engine.parent)
+    engine.parent.write_text("")  # the engine's path cannot be stat'ed at all (ENOTDIR), as on a broken mount
+    status, body = get(side.url + "/readyz")
+    assert status == 200 and "ready" in body
+    assert side.metric("trtwarm_engine_ready") == 1.0
+    engine.parent.unlink()  # removed outright: the server still runs what it loaded
+    assert get(side.url + "/readyz")[0] == 200
+    fresh = sidecars(cache, tmp_path / "h")  # a restarted sidecar asks the volume again
+    status, body = get(fresh.url + "/readyz")
+    assert status == 503 and "is gone" in body
+
+
+def test_the_default_bind_serves_ipv6_and_ipv4(tmp_path: Path) -> None:
+    if not socket.has_ipv6:
+        pytest.skip("this Python has no IPv6")
+    port = free_port()
+    proc = subprocess.Popen(trtwarm_argv("sidecar", "--cache-dir", str(tmp_path / "c"), "--handoff-dir",
+                                         str(tmp_path / "h"), "--port", str(port)),
+                            env=env_for(None), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def up(url: str) -> bool:
+            assert proc.poll() is None, proc.communicate()[1]
+            try:
+                return get(url, timeout=1)[0] == 200
+            except OSError:
+                return False
+        wait_until(lambda: up(f"http://127.0.0.1:{port}/healthz"), what="sidecar on IPv4")
+        try:
+            socket.create_connection(("::1", port), timeout=2).close()
+        except OSError as exc:
+            pytest.skip(f"no IPv6 loopback here: {exc}")
+        assert get(f"http://[::1]:{port}/healthz")[0] == 200
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=10)

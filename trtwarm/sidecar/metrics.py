@@ -52,6 +52,29 @@ def engine_ready(report: dict[str, Any] | None) -> tuple[bool, str]:
     return True, f"ready: {report.get('name')}"
 
 
+class Readiness:
+    """:func:`engine_ready`, asked until it says yes once; from then on the answer comes from memory.
+
+    Once the engine was handed over, the server has it (or is loading it); the hand-off never changes again in this
+    Pod. Re-reading the engine on the shared volume at every probe would let one NFS stall (a ``stat`` that hangs past
+    the probe's timeout) mark every replica NotReady at once although their engines are loaded.
+    """
+
+    def __init__(self, handoff_dir: Path) -> None:
+        self.handoff_dir = handoff_dir
+        self._ready: tuple[str, dict[str, Any]] | None = None
+
+    def check(self) -> tuple[bool, str, dict[str, Any] | None]:
+        """``(ready, why, engine.json)``; reads the hand-off and the engine only until the first yes."""
+        if self._ready is not None:
+            return True, *self._ready
+        report = handoff.read(self.handoff_dir)
+        ready, why = engine_ready(report)
+        if ready and report is not None:
+            self._ready = (why, report)
+        return ready, why, report
+
+
 class VolumeWatcher:
     """Keeps a fresh summary of the cache volume (one :func:`trtwarm.lifecycle.inventory.scan` per *interval*)."""
 
@@ -97,16 +120,18 @@ class VolumeWatcher:
 class TrtwarmCollector(Collector):
     """Scrape-time metrics for one Pod: its init outcome and engine, plus the volume's summary."""
 
-    def __init__(self, handoff_dir: Path, volume: VolumeWatcher | None) -> None:
+    def __init__(self, handoff_dir: Path, volume: VolumeWatcher | None, readiness: Readiness | None = None) -> None:
         self.handoff_dir, self.volume = handoff_dir, volume
+        self.readiness = readiness or Readiness(handoff_dir)
         self.scrape_errors = 0
 
     def collect(self) -> Iterator[Metric]:
         """Yield every family; never raises (a failure counts in ``trtwarm_exporter_scrape_errors_total``)."""
         try:
-            report = handoff.read(self.handoff_dir)
+            ready, _why, ready_report = self.readiness.check()
+            report = ready_report if ready else handoff.read(self.handoff_dir)
             yield from self._init(report)
-            yield from self._engine(report)
+            yield from self._engine(report, ready)
         except (OSError, ValueError, TypeError, AttributeError) as exc:  # a hand-off of the wrong shape
             self.scrape_errors += 1
             log.warning("collecting the init metrics failed: %s", exc)
@@ -128,8 +153,7 @@ class TrtwarmCollector(Collector):
             value = seconds.get(field) if result in results else None
             yield _one_observation(metric, text, value if isinstance(value, (int, float)) else None)
 
-    def _engine(self, report: dict[str, Any] | None) -> Iterator[Metric]:
-        ready, _why = engine_ready(report)
+    def _engine(self, report: dict[str, Any] | None, ready: bool) -> Iterator[Metric]:
         yield GaugeMetricFamily("trtwarm_engine_ready", "1 once the engine is verified and handed over.",
                                 value=1.0 if ready else 0.0)
         yield GaugeMetricFamily("trtwarm_engine_size_bytes", "Size of this Pod's engine file.",
@@ -173,13 +197,14 @@ def _le(bound: float) -> str:
     return repr(float(bound))
 
 
-def registry(handoff_dir: Path, volume: VolumeWatcher | None) -> tuple[CollectorRegistry, TrtwarmCollector]:
+def registry(handoff_dir: Path, volume: VolumeWatcher | None,
+             readiness: Readiness | None = None) -> tuple[CollectorRegistry, TrtwarmCollector]:
     """A private registry holding only trtwarm's collector."""
     reg = CollectorRegistry(auto_describe=False)
-    collector = TrtwarmCollector(handoff_dir, volume)
+    collector = TrtwarmCollector(handoff_dir, volume, readiness)
     reg.register(collector)
     return reg, collector
 
 
-__all__ = ["BUCKETS", "RESULTS", "TrtwarmCollector", "VolumeWatcher", "engine_ready", "registry"]
+__all__ = ["BUCKETS", "RESULTS", "Readiness", "TrtwarmCollector", "VolumeWatcher", "engine_ready", "registry"]
 

@@ -5,8 +5,12 @@ Runs as a Kubernetes native sidecar (an init container with ``restartPolicy: Alw
 
 * ``/metrics``: :mod:`trtwarm.sidecar.metrics`, computed at scrape time from a private registry;
 * ``/healthz``: 200 while the process serves;
-* ``/readyz``: 200 once ``engine.json`` says ready and the engine is still there with its recorded size, else 503
-  with a one-line reason.
+* ``/readyz``: 200 once ``engine.json`` says ready and the engine is there with its recorded size, else 503 with a
+  one-line reason. After the first 200 it answers from memory (:class:`~trtwarm.sidecar.metrics.Readiness`): a
+  stalled or lost cache volume does not flip a Pod whose server already has its engine.
+
+It listens on every IPv6 and IPv4 address by default (``--bind ::``, dual-stack; IPv4 only where the kernel has no
+IPv6), so IPv6-only clusters reach it too.
 
 A background thread keeps this Pod's lease on its entry (``.leases/<key>/...``, every 60 s) and its last-use
 marker fresh; SIGTERM removes the lease and exits within a second. Optionally it also runs gc periodically.
@@ -15,8 +19,10 @@ marker fresh; SIGTERM removes the lease and exits within a second. Optionally it
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import signal
+import socket
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -26,10 +32,9 @@ from typing import Any
 
 from prometheus_client.exposition import choose_encoder
 
-from trtwarm import handoff
 from trtwarm.config import Identity, parse_duration
 from trtwarm.errors import LockTimeoutError
-from trtwarm.sidecar.metrics import VolumeWatcher, engine_ready, registry
+from trtwarm.sidecar.metrics import Readiness, VolumeWatcher, registry
 from trtwarm.volume import leases as leaselib
 from trtwarm.volume.layout import Layout
 
@@ -44,7 +49,7 @@ class SidecarSettings:
     cache_dir: Path
     handoff_dir: Path
     port: int = 9400
-    bind: str = "0.0.0.0"
+    bind: str = "::"
     scan_interval: float = 30.0
     lease_interval: float = leaselib.REFRESH_SECONDS
     gc_interval: float | None = None
@@ -55,6 +60,25 @@ class SidecarSettings:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 512  # 200 scrapers connecting at once must not overflow the listen backlog
+
+    def server_bind(self) -> None:
+        if self.address_family == socket.AF_INET6:  # "::" also accepts IPv4 (as mapped addresses)
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
+
+
+def _listen(bind: str, port: int, handler: type[BaseHTTPRequestHandler]) -> _Server:
+    """Bind *bind*:*port*; an address with a ``:`` is IPv6. ``::`` falls back to ``0.0.0.0`` without IPv6."""
+    if ":" not in bind:
+        return _Server((bind, port), handler)
+    server_class = type("_Server6", (_Server,), {"address_family": socket.AF_INET6})
+    try:
+        return server_class((bind, port), handler)
+    except OSError as exc:
+        if bind != "::" or exc.errno not in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL):
+            raise
+        log.info("no IPv6 on this host; listening on IPv4 only")
+        return _Server(("0.0.0.0", port), handler)
 
 
 def _handler(routes: Mapping[str, Callable[[str], tuple[int, str, bytes]]]) -> type[BaseHTTPRequestHandler]:
@@ -84,13 +108,14 @@ class Sidecar:
         self.s, self.identity = settings, identity
         self.layout = Layout(settings.cache_dir)
         self.volume = VolumeWatcher(self.layout, settings.scan_interval)
-        self.registry, self.collector = registry(settings.handoff_dir, self.volume)
+        self.readiness = Readiness(settings.handoff_dir)
+        self.registry, self.collector = registry(settings.handoff_dir, self.volume, self.readiness)
         self.stopping = threading.Event()
         self.lease: Path | None = None
         self._lease_lock = threading.Lock()
         routes = {"/metrics": self._metrics, "/healthz": lambda _a: (200, "text/plain", b"ok\n"),
                   "/readyz": self._readyz}
-        self.server = _Server((settings.bind, settings.port), _handler(routes))
+        self.server = _listen(settings.bind, settings.port, _handler(routes))
 
     @property
     def port(self) -> int:
@@ -102,7 +127,7 @@ class Sidecar:
         return 200, ctype, encoder(self.registry)
 
     def _readyz(self, _accept: str) -> tuple[int, str, bytes]:
-        ready, why = engine_ready(handoff.read(self.s.handoff_dir))
+        ready, why, _report = self.readiness.check()
         return (200 if ready else 503), "text/plain", (why + "\n").encode()
 
     def _keep_lease(self) -> None:
@@ -110,8 +135,8 @@ class Sidecar:
         from trtwarm.volume.store import EngineStore
 
         while not self.stopping.is_set():
-            report = handoff.read(self.s.handoff_dir)
-            if report and engine_ready(report)[0]:
+            ready, _why, report = self.readiness.check()
+            if ready and report:
                 try:
                     with self._lease_lock:  # never after the release in run(), whatever the timing
                         if self.stopping.is_set():
@@ -199,7 +224,7 @@ def add_parser(sub: Any, cache_default: str, handoff_default: str) -> None:
     p.add_argument("--cache-dir", default=cache_default, help="the shared cache volume (%(default)s)")
     p.add_argument("--handoff-dir", default=handoff_default, help="where trtwarm init writes engine.json (%(default)s)")
     p.add_argument("--port", type=int, default=9400, help="HTTP port for /metrics /healthz /readyz (%(default)s)")
-    p.add_argument("--bind", default="0.0.0.0", help="address to listen on (%(default)s)")
+    p.add_argument("--bind", default="::", help="address to listen on (%(default)s: every IPv6 and IPv4 address)")
     p.add_argument("--scan-interval", default="30s", help="how often the volume summary is refreshed (%(default)s)")
     p.add_argument("--lease-interval", default="60s", help="how often the in-use lease is refreshed (%(default)s)")
     p.add_argument("--gc-interval", help="run gc this often, e.g. 1h (default: off)")
