@@ -16,6 +16,7 @@ import yaml
 
 from conftest import env_for
 from k8s import ROOT, CHART, assert_wired, manifests, objects, pod_spec, render, validate
+from pss import restricted
 
 DEPLOY = ROOT / "deploy"
 NATIVE = range(29, 38)  # native sidecars
@@ -63,27 +64,100 @@ def test_overlays_build_validate_and_pick_the_cache_volume(overlay: str, volume:
         assert next(o for o in objs if o["kind"] == "PersistentVolumeClaim")["spec"]["accessModes"] == ["ReadWriteMany"]
 
 
-@needs_kustomize
-def test_the_post_renderer_puts_trtwarm_in_front_of_a_third_party_deployment() -> None:
-    third_party = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
-                   "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {
-                       "metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{
-                           "name": "server", "image": "example/server:1",
-                           "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}
+POST_RENDERER = DEPLOY / "post-renderer" / "trtwarm"
+
+
+def _third_party(name: str, containers: list[dict], inits: list[dict] | None = None) -> dict:
+    spec: dict = {"containers": containers}
+    if inits:
+        spec["initContainers"] = inits
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+            "spec": {"selector": {"matchLabels": {"app": name}}, "template": {
+                "metadata": {"labels": {"app": name}}, "spec": spec}}}
+
+
+def _post_render(docs: list[dict], env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(POST_RENDERER / "post-render.py"), *args], input=yaml.safe_dump_all(docs),
+                          capture_output=True, text=True, env=env_for(env), check=False)
+
+
+def test_the_post_renderer_patches_only_its_target_after_the_charts_own_init_containers() -> None:
+    mig = {"nvidia.com/mig-3g.40gb": "1", "memory": "8Gi"}
+    download = {"name": "download-model", "image": "example/fetch:1", "args": ["s3://models/m.onnx"]}
+    server = {"name": "server", "image": "example/server:1", "resources": {"limits": mig, "requests": mig},
+              "env": [{"name": "TRTWARM_ENGINE", "value": "/old"}]}
+    gpu_app = _third_party("web", [server], [download])
+    frontend = _third_party("web-frontend", [{"name": "server", "image": "example/ui:1"}])
     service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
                "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}}
-    env = env_for({"TRTWARM_CONTAINER": "server", "TRTWARM_MODEL": "/models/src/m.onnx",
-                   "TRTWARM_ARGS": "--builder=tensorrt --verify=load"})
-    proc = subprocess.run([str(DEPLOY / "post-renderer" / "kustomize.sh")], input=yaml.safe_dump_all(
-        [third_party, service]), capture_output=True, text=True, env=env, check=False)
+    env = {"TRTWARM_TARGET": "Deployment/web", "TRTWARM_CONTAINER": "server", "TRTWARM_MODEL": "/models/src/m.onnx",
+           "TRTWARM_ARGS": "--builder=tensorrt --verify=load --key-extra='note=a #b'"}
+    proc = _post_render([gpu_app, frontend, service], env)
     assert proc.returncode == 0, proc.stderr
     objs = [d for d in yaml.safe_load_all(proc.stdout) if d]
     assert validate(objs, NATIVE) == []
-    spec = pod_spec(objs)
-    assert_wired(spec, "server")
+    patched, untouched = (next(o for o in objs if o["metadata"]["name"] == n) for n in ("web", "web-frontend"))
+    assert untouched == frontend and next(o for o in objs if o["kind"] == "Service") == service
+    spec = patched["spec"]["template"]["spec"]
+    assert [c["name"] for c in spec["initContainers"]] == ["download-model", "trtwarm-exporter", "trtwarm-init"]
     init = next(c for c in spec["initContainers"] if c["name"] == "trtwarm-init")
-    assert "--verify=load" in init["args"] and "--model=/models/src/m.onnx" in init["args"]
-    assert next(o for o in objs if o["kind"] == "Service")["spec"]["ports"] == [{"port": 80}]  # untouched
+    assert init["resources"]["limits"]["nvidia.com/mig-3g.40gb"] == "1"
+    assert init["resources"]["requests"]["nvidia.com/mig-3g.40gb"] == "1"
+    assert "nvidia.com/gpu" not in init["resources"]["limits"] and init["resources"]["limits"]["memory"] == "16Gi"
+    assert "--verify=load" in init["args"] and "--key-extra=note=a #b" in init["args"]
+    env_names = [e["name"] for e in spec["containers"][0]["env"]]
+    assert env_names.count("TRTWARM_ENGINE") == 1 and spec["containers"][0]["env"][0]["value"] == "/trtwarm/engine"
+    assert spec["securityContext"] == {"fsGroup": 1000, "fsGroupChangePolicy": "OnRootMismatch"}
+    chart = pod_spec(objects(render({})))
+    for name in ("trtwarm-exporter", "trtwarm-init"):
+        mine = next(c for c in spec["initContainers"] if c["name"] == name)["securityContext"]
+        charts = next(c for c in chart["initContainers"] if c["name"] == name)["securityContext"]
+        assert {k: v for k, v in mine.items() if k != "seccompProfile"} == charts  # the chart sets seccomp per Pod
+    assert [v for v in restricted(spec) if v.startswith("trtwarm-")] == []
+    assert patched["spec"]["progressDeadlineSeconds"] == 3600
+
+
+def test_the_post_renderer_wires_a_gpu_pod_like_the_chart() -> None:
+    server = {"name": "server", "image": "example/server:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    proc = _post_render([_third_party("web", [server])], {}, "--target=web", "--container=server",
+                        "--model=/models/src/m.onnx", "--model-claim=models")
+    assert proc.returncode == 0, proc.stderr
+    spec = pod_spec([d for d in yaml.safe_load_all(proc.stdout) if d])
+    assert_wired(spec, "server")
+    assert {"name": "trtwarm-models", "persistentVolumeClaim": {"claimName": "models", "readOnly": True}} in \
+        spec["volumes"]
+
+
+@pytest.mark.parametrize("env,message", [
+    ({"TRTWARM_CONTAINER": "server", "TRTWARM_MODEL": "/m.onnx"}, "missing --target"),
+    ({"TRTWARM_TARGET": "api", "TRTWARM_CONTAINER": "server", "TRTWARM_MODEL": "/m.onnx"}, "matches ['api']"),
+    ({"TRTWARM_TARGET": "web", "TRTWARM_CONTAINER": "srv", "TRTWARM_MODEL": "/m.onnx"}, "has no container 'srv'"),
+])
+def test_the_post_renderer_refuses_to_guess(env: dict[str, str], message: str) -> None:
+    proc = _post_render([_third_party("web", [{"name": "server", "image": "example/server:1"}])], env)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_post_renderer_is_a_helm_4_plugin_and_a_helm_3_executable() -> None:
+    plugin = yaml.safe_load((POST_RENDERER / "plugin.yaml").read_text())
+    assert plugin["apiVersion"] == "v1" and plugin["type"] == "postrenderer/v1" and plugin["runtime"] == "subprocess"
+    [command] = plugin["runtimeConfig"]["platformCommand"]
+    script = Path(command["command"].replace("${HELM_PLUGIN_DIR}", str(POST_RENDERER)))
+    assert script.is_file() and os.access(script, os.X_OK)
+    assert script.read_text().startswith("#!/usr/bin/env python3")
+
+
+@needs_kustomize
+def test_post_rendered_manifests_feed_kustomize(tmp_path: Path) -> None:
+    """Users who kustomize the post-rendered output (e.g. Argo CD's helm + kustomize) get the same Pod back."""
+    server = {"name": "server", "image": "example/server:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    proc = _post_render([_third_party("web", [server])], {}, "--target=web", "--container=server", "--model=/m.onnx")
+    assert proc.returncode == 0, proc.stderr
+    (tmp_path / "all.yaml").write_text(proc.stdout)
+    (tmp_path / "kustomization.yaml").write_text("resources: [all.yaml]\nnamespace: ml\n")
+    objs = kustomize(tmp_path)
+    assert validate(objs, NATIVE) == []
+    assert_wired(pod_spec(objs), "server")
 
 
 def _rule_files(tmp_path: Path) -> list[Path]:
@@ -153,3 +227,9 @@ def test_chart_app_version_matches_the_package() -> None:
     from trtwarm import __version__
 
     assert yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"] == __version__
+
+
+@pytest.mark.parametrize("path", ["kustomize/base/deployment.yaml", "triton/deployment.yaml", "prebuild-job.yaml"])
+def test_plain_manifests_meet_the_restricted_pod_security_standard(path: str) -> None:
+    [obj] = [o for o in manifests(DEPLOY / path) if o["kind"] in ("Deployment", "Job")]
+    assert restricted(obj["spec"]["template"]["spec"]) == []
