@@ -9,7 +9,9 @@ paths, env, probes, the hand-off), not just its syntax.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import env_for, wait_until
-from k8s import ROOT, container, objects, pod_spec, render
+from conftest import cmd_init_args, env_for, run_trtwarm, wait_until
+from k8s import ROOT, container, objects, pod_spec, render, validate
 from test_sidecar import free_port, get
 
 from trtwarm.demo import make_model
@@ -246,3 +248,89 @@ def test_rendered_gc_cronjob_and_helm_test_pod_run_against_a_real_cache(tmp_path
         proc = _run_rendered(pod, container(spec, name), tmp_path / f"bin-{name}")
         assert proc.returncode == 0, f"{kind}: {proc.stdout}{proc.stderr}"
     assert len(list((shared["trtwarm-cache"] / "entries").iterdir())) == 1  # in use: kept
+
+
+def quick_start_values() -> dict[str, Any]:
+    """The values block of the chart README's quick start."""
+    import yaml
+
+    text = (ROOT / "helm" / "trtwarm" / "README.md").read_text()
+    block = re.search(r"```yaml\n(# quick-start values.*?)```", text, re.S)
+    assert block, "the chart README has no quick-start values block"
+    return yaml.safe_load(block[1])
+
+
+TRICKY_BUILD = "sh -c 'echo \"step: build #1\" >&2; cp \"$0\" \"$1\"' {model} {output}"
+
+
+def test_the_quick_start_pod_starts_with_a_build_command_holding_colons_and_hashes(tmp_path: Path) -> None:
+    values = quick_start_values()
+    assert validate(objects(render(values)), [29, 37]) == []  # as written in the README
+    values["engine"].update({"builder": "command", "command": {"template": TRICKY_BUILD, "version": "cp: 1 #a"},
+                             "model": {**values["engine"]["model"], "path": "/models/src/mlp.onnx"},
+                             "shapes": {"input": "1x16:8x16:32x16"}, "keyExtra": {"note": "a #b"}})
+    spec = pod_spec(objects(render(values)))
+    init = container(spec, "trtwarm-init")
+    assert f"--build-command={TRICKY_BUILD}" in init["args"] and "--key-extra=note=a #b" in init["args"]
+    models = tmp_path / "volumes" / "models"
+    make_model(models / "mlp.onnx")
+    pod = SimulatedPod(spec, "quick-0", tmp_path / "pods", {"trtwarm-cache": tmp_path / "volumes" / "cache",
+                                                             "trtwarm-model": models})
+    try:
+        [proc] = pod.run_inits()
+        assert "step: build #1" in proc.stderr  # the whole command reached the shell
+        wait_until(lambda: pod.probe("trtwarm-exporter") == 200, what="readyz 200")
+        report = json.loads((pod.volumes["trtwarm-handoff"] / "engine.json").read_text())
+        assert report["result"] == "built"
+        engine = Path(pod.env(container(spec, "inference"))["TRTWARM_ENGINE"]).resolve()
+        assert engine.read_bytes() == (models / "mlp.onnx").read_bytes()  # what the server container opens
+        assert (pod.volumes["trtwarm-handoff"] / "triton" / "resnet50" / "config.pbtxt").is_file()
+        assert container(spec, "inference")["command"] == ["tritonserver"]
+    finally:
+        assert pod.stop() == [0]
+
+
+def test_with_gc_cronjob_the_exporter_keeps_the_lease_fresh_and_gc_keeps_the_engine(tmp_path: Path) -> None:
+    values = {**VALUES, "gc": {"mode": "cronjob", "maxAge": "1d"},
+              "exporter": {"scanInterval": "1s", "extraArgs": ["--lease-interval=1s"]}}
+    objs = objects(render(values))
+    spec = pod_spec(objs)
+    models = tmp_path / "volumes" / "models"
+    make_model(models / "mlp.onnx")
+    shared = {"trtwarm-cache": tmp_path / "volumes" / "cache", "trtwarm-model": models}
+    pod = SimulatedPod(spec, "server-0", tmp_path / "pods", shared)
+    try:
+        pod.run_inits()
+        lease = next((shared["trtwarm-cache"] / ".leases").rglob("ml.server-0.json"))
+        sidecar_pid = pod.sidecars["trtwarm-exporter"][0].pid
+        wait_until(lambda: json.loads(lease.read_text())["pid"] == sidecar_pid, what="the exporter took the lease")
+        stale = time.time() - 3600  # past the lease TTL and past gc.maxAge: only a refresh keeps the engine
+        for path in [lease, *(shared["trtwarm-cache"] / "entries").rglob("*")]:
+            os.utime(path, (stale, stale))
+        wait_until(lambda: lease.stat().st_mtime > stale + 3000, what="the exporter refreshed the lease")
+        gc_spec = _job_pod(objs, "CronJob")
+        gc_pod = SimulatedPod(gc_spec, "gc-0", tmp_path / "pods", shared)
+        proc = _run_rendered(gc_pod, container(gc_spec, "gc"), tmp_path / "bin-gc")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert len(list((shared["trtwarm-cache"] / "entries").iterdir())) == 1
+        run_server_container(pod)  # the engine a running Pod uses is still there
+    finally:
+        assert pod.stop() == [0]
+
+
+def test_a_gc_cronjob_that_finds_another_collector_at_work_succeeds(tmp_path: Path) -> None:
+    from trtwarm.lifecycle.gc import VolumeGcLock
+    from trtwarm.volume.layout import Layout
+
+    objs = objects(render({**VALUES, "gc": {"mode": "cronjob", "maxBytes": "0"}}))
+    cache = tmp_path / "volumes" / "cache"
+    make_model(tmp_path / "m.onnx")
+    assert run_trtwarm(*cmd_init_args(tmp_path / "m.onnx", cache, tmp_path / "h")).returncode == 0
+    shutil.rmtree(cache / ".leases")  # its Pod is gone: the entry is garbage for the gc below
+    gc_spec = _job_pod(objs, "CronJob")
+    gc_pod = SimulatedPod(gc_spec, "gc-0", tmp_path / "pods", {"trtwarm-cache": cache})
+    with VolumeGcLock(Layout(cache), "flock"):  # another release's CronJob on the same claim
+        proc = _run_rendered(gc_pod, container(gc_spec, "gc"), tmp_path / "bin-gc")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "another gc holds the volume lock; skipping this run" in proc.stdout
+    assert len(list((cache / "entries").iterdir())) == 1  # the other collector's job
