@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from k8s import CHART, ROOT, assert_wired, container, flag, mounts, objects, pod_spec, render, validate, workload
+from pss import baseline, restricted
 
 CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
 helm = pytest.importorskip("helm_python", reason="helm-python-sdk is not installed (pip install '.[test]')")
@@ -175,8 +176,6 @@ def test_a_parent_chart_can_include_the_named_templates(tmp_path: Path) -> None:
 
 
 # --- day-one failures of the review in issue 17, each rendered and asserted like helm-unittest does -----------------
-
-from pss import baseline, restricted  # noqa: E402
 
 TRICKY = "sh -c 'echo step: build && trtexec --onnx={model} --saveEngine={output} # done' \"quoted\""
 
