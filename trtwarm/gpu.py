@@ -10,8 +10,10 @@ UUID rather than by index (NVML and CUDA enumerate in different orders; with ind
 GPU); ``void`` or empty (the runtime ignores the variable, e.g. when CDI injects the devices: NVML lists exactly
 those); host indices (``0,1``; ``0:1`` for MIG) which mean nothing inside the container, where NVML only lists the
 allocated devices; ``GPU-``/``MIG-`` UUIDs; CDI device names (``nvidia.com/gpu=GPU-...``); and, with
-``volume-mounts``, the directory :data:`VOLUME_MOUNTS_DIR` whose file names are the allocated device ids. The key uses :func:`key_fields`: product, compute capability, MIG profile, memory in GiB;
-never the UUID, so identical GPUs share engines.
+``volume-mounts``, the directory :data:`VOLUME_MOUNTS_DIR` whose file names are the allocated device ids.
+
+The key uses :func:`key_fields`: product, compute capability, MIG profile, memory in GiB; never the UUID, so
+identical GPUs share engines.
 """
 
 from __future__ import annotations
