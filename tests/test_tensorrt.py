@@ -25,6 +25,7 @@ from trtwarm.builders.tensorrt.compat import (
     plan_header,
     timing_cache_id,
 )
+from trtwarm.builders.tensorrt.precision import PRECISIONS, calibrator_for, check_model, quantization
 from trtwarm.builders.tensorrt.timing_cache import TimingCacheFile
 from trtwarm.config import Identity, Settings, parse_shape
 from trtwarm.errors import ConfigError
@@ -114,13 +115,90 @@ def test_info_and_unrelated_warnings_do_not_reject() -> None:
 
 # --- options by name, 10.x and 11.x ----------------------------------------------------------------------------
 
-def test_tensorrt_10_precision_maps_to_weak_typing_flags() -> None:
-    fp16 = config_plan(settings(), 10, 16, "fp16")
-    assert fp16.set_flags == ("FP16",) and fp16.strongly_typed is False
-    model = config_plan(settings(), 10, 16, "model")
-    assert model.set_flags == () and model.strongly_typed is True
-    assert config_plan(settings(), 10, 16, "fp32").set_flags == ()
-    assert config_plan(settings(), 10, 16, "int8").set_flags == ("INT8",)
+# Each precision on 10.x maps to exactly these (network typing, builder flags): what the README's table says.
+PRECISION_TABLE = [
+    ("fp32", False, ()),
+    ("fp16", False, ("FP16",)),
+    ("bf16", False, ("BF16",)),
+    ("int8", False, ("INT8", "FP16")),  # FP16 fallback for unquantised layers, as trtexec --int8 --fp16 / --best
+    ("fp8", True, ()),  # FP8 compute only from FP8 Q/DQ in a strongly typed network; BuilderFlag.FP8 is plugin I/O
+    ("model", True, ()),
+]
+
+
+@pytest.mark.parametrize("precision,strong,flags", PRECISION_TABLE)
+def test_tensorrt_10_each_precision_maps_to_exactly_the_documented_flags(precision: str, strong: bool,
+                                                                          flags: tuple[str, ...]) -> None:
+    plan = config_plan(settings(), 10, 16, precision, (9, 0))
+    assert plan.strongly_typed is strong and plan.set_flags == flags
+    assert set(PRECISIONS) == {p for p, _, _ in PRECISION_TABLE}
+
+
+def test_combinations_tensorrt_refuses_are_configuration_errors() -> None:
+    with pytest.raises(ConfigError, match="with HardwareCompatibilityLevel.AMPERE_PLUS"):
+        config_plan(settings(hardware_compat="ampere+"), 10, 16, "fp8", (9, 0))
+    with pytest.raises(ConfigError, match="compute capability 8.9"):
+        config_plan(settings(), 10, 16, "fp8", (8, 0))
+    with pytest.raises(ConfigError, match="compute capability 8.0"):
+        config_plan(settings(), 10, 16, "bf16", (7, 5))
+    assert config_plan(settings(hardware_compat="same-cc"), 10, 16, "fp8", (9, 0)).strongly_typed
+
+
+def test_calibration_cache_is_int8_on_tensorrt_10_only(tmp_path: Path) -> None:
+    cache = tmp_path / "calib.cache"
+    with pytest.raises(ConfigError, match="only used with --precision int8"):
+        config_plan(settings(calibration_cache=cache), 10, 16, "fp16", (9, 0))
+    with pytest.raises(ConfigError) as err:
+        config_plan(settings(calibration_cache=cache), 11, 1, "model", (9, 0))
+    assert "TensorRT 11 removed" in err.value.message and "modelopt" in (err.value.hint or "")
+    plan = config_plan(settings(calibration_cache=cache), 10, 16, "int8", (9, 0), "IInt8EntropyCalibrator2")
+    assert plan.calibrator == "IInt8EntropyCalibrator2" and plan.set_flags == ("INT8", "FP16")
+
+
+def test_a_calibration_cache_header_picks_the_calibrator_that_replays_it() -> None:
+    assert calibrator_for(b"TRT-8601-EntropyCalibration2\ninput: 3c010204\n") == "IInt8EntropyCalibrator2"
+    assert calibrator_for(b"TRT-100300-MinMaxCalibration\n") == "IInt8MinMaxCalibrator"
+    with pytest.raises(ConfigError, match="not a TensorRT calibration cache"):
+        calibrator_for(b"\x08\x07onnx bytes")
+    with pytest.raises(ConfigError, match="cannot replay"):
+        calibrator_for(b"TRT-8601-LegacyCalibration\n")
+
+
+def _qdq_model(path: Path, zero_point_type: int | None) -> Path:
+    """input -> QuantizeLinear -> DequantizeLinear -> output, the zero point of the given ONNX type (None: none)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    inits = [helper.make_tensor("scale", TensorProto.FLOAT, [], [0.1])]
+    q_inputs = ["input", "scale"]
+    if zero_point_type is not None:
+        inits.append(helper.make_tensor("zp", zero_point_type, [], [0]))
+        q_inputs.append("zp")
+    graph = helper.make_graph(
+        [helper.make_node("QuantizeLinear", q_inputs, ["q"]), helper.make_node("DequantizeLinear", ["q", *q_inputs[1:]],
+                                                                               ["output"])],
+        "qdq", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 4])], inits)
+    onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), str(path))
+    return path
+
+
+def test_int8_and_fp8_need_the_quantization_in_the_model(tmp_path: Path, model: Path) -> None:
+    from onnx import TensorProto
+
+    int8 = quantization(_qdq_model(tmp_path / "int8.onnx", TensorProto.INT8))
+    fp8 = quantization(_qdq_model(tmp_path / "fp8.onnx", TensorProto.FLOAT8E4M3FN))
+    assert int8 == {"int8"} and fp8 == {"fp8"} and quantization(model) == set()
+    assert quantization(_qdq_model(tmp_path / "u8.onnx", None)) == {"int8"}  # no zero point: uint8
+    check_model("int8", int8, calibration=False)
+    check_model("int8", set(), calibration=True)
+    check_model("fp8", fp8, calibration=False)
+    with pytest.raises(ConfigError, match="no INT8 Q/DQ"):
+        check_model("int8", set(), calibration=False)
+    with pytest.raises(ConfigError, match="no FP8 Q/DQ"):
+        check_model("fp8", int8, calibration=False)
+    with pytest.raises(ConfigError, match="ignores --calibration-cache"):
+        check_model("int8", int8, calibration=True)
 
 
 def test_tensorrt_11_takes_precision_from_the_model_only() -> None:
@@ -152,16 +230,32 @@ def test_options_a_tensorrt_cannot_honour_are_configuration_errors() -> None:
 
 # --- timing cache ----------------------------------------------------------------------------------------------
 
-def test_timing_cache_id_follows_tensorrt_gpu_class_and_tf32() -> None:
-    h200 = gpu.key_fields(gpu.GpuInfo("GPU-1", "NVIDIA H200", (9, 0), 150754820096))
-    h100 = gpu.key_fields(gpu.GpuInfo("GPU-2", "NVIDIA H100 80GB HBM3", (9, 0), 85520809984))
-    base = config_plan(settings(), 10, 16, "fp16")
-    no_tf32 = config_plan(settings(tf32=False), 10, 16, "fp16")
-    ids = {timing_cache_id("10.16.1.11", h200, base), timing_cache_id("10.16.1.11", h100, base),
-           timing_cache_id("10.13.3.9", h200, base), timing_cache_id("10.16.1.11", h200, no_tf32)}
+H200 = gpu.GpuInfo("GPU-1", "NVIDIA H200", (9, 0), 150754820096, driver_version="580.65.06")
+H100 = gpu.GpuInfo("GPU-2", "NVIDIA H100 80GB HBM3", (9, 0), 85520809984)
+A100 = gpu.GpuInfo("GPU-3", "NVIDIA A100-SXM4-80GB", (8, 0), 85899345920)
+
+
+def test_timing_cache_id_follows_tensorrt_gpu_product_and_tf32() -> None:
+    base = config_plan(settings(), 10, 16, "fp16", (9, 0))
+    no_tf32 = config_plan(settings(tf32=False), 10, 16, "fp16", (9, 0))
+    ids = {timing_cache_id("10.16.1.11", H200, base), timing_cache_id("10.16.1.11", H100, base),
+           timing_cache_id("10.13.3.9", H200, base), timing_cache_id("10.16.1.11", H200, no_tf32)}
     assert len(ids) == 4
-    assert timing_cache_id("10.16.1.11", h200, base) == timing_cache_id("10.16.1.11", dict(h200), base)
-    assert timing_cache_id("10.16.1.11", h200, base).startswith("trt10.16.1.11-")
+    assert timing_cache_id("10.16.1.11", H200, base).startswith("trt10.16.1.11-")
+
+
+@pytest.mark.parametrize("compat", ["ampere+", "same-cc"])
+def test_two_gpu_products_of_one_class_get_two_timing_cache_files(compat: str, tmp_path: Path) -> None:
+    """The engine key holds the class (one engine serves A100 and H100 under ampere+), but TensorRT rejects another
+    device's timing cache, so each product keeps its own file."""
+    plan = config_plan(settings(hardware_compat=compat), 10, 16, "fp16", (8, 0))
+    assert gpu.key_fields(H100, compat) == gpu.key_fields(H200, compat)  # one engine key for the class
+    layout = Layout(tmp_path / "cache")
+    files = {TimingCacheFile(layout, timing_cache_id("10.16.1.11", info, plan)).path for info in (H100, H200, A100)}
+    assert len(files) == 3
+    strip = config_plan(settings(strip_weights=True), 10, 16, "fp16", (9, 0))
+    assert "STRIP_PLAN" in strip.set_flags and timing_cache_id("10.16.1.11", H200, strip) != \
+        timing_cache_id("10.16.1.11", H200, config_plan(settings(), 10, 16, "fp16", (9, 0)))
 
 
 def test_timing_cache_file_is_merged_under_its_lock_and_replaced_atomically(tmp_path: Path) -> None:

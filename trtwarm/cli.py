@@ -44,6 +44,11 @@ def add_init_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exclude-lean-runtime", action="store_true", help="with --version-compatible")
     p.add_argument("--tf32", default="on", choices=["on", "off"], help="allow TF32 (TensorRT)")
     p.add_argument("--plugin", action="append", default=[], metavar="PATH", help="plugin library; repeatable")
+    p.add_argument("--calibration-cache", metavar="FILE", help="TensorRT 10 INT8: replay this calibration cache")
+    p.add_argument("--strip-weights", action="store_true", help="TensorRT: a weight-stripped engine, refitted from "
+                   "the ONNX weights on load")
+    p.add_argument("--layer-info", default="names", choices=["names", "detailed"], help="TensorRT profiling "
+                   "verbosity: detailed records each layer's precision in the manifest")
     p.add_argument("--name", help="readable model name for the entry (default: the model file's stem)")
     p.add_argument("--key-extra", action="append", default=[], metavar="K=V", help="extra key field; repeatable")
     p.add_argument("--build-command", help="command builder template with {model} {output} {workdir}")

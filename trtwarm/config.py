@@ -145,6 +145,9 @@ class Settings:
     exclude_lean_runtime: bool = False
     tf32: bool = True
     plugins: tuple[Path, ...] = ()
+    calibration_cache: Path | None = None
+    strip_weights: bool = False
+    layer_info: str = "names"
     name: str | None = None
     handoff_dir: Path = DEFAULT_HANDOFF_DIR
     lock_timeout: float = 3600.0
@@ -188,7 +191,9 @@ class Settings:
             shapes=shapes, profiles=profiles, workspace=parse_size(ns.workspace) if ns.workspace else None, opt_level=ns.opt_level,
             hardware_compat=ns.hardware_compat, version_compatible=ns.version_compatible,
             exclude_lean_runtime=ns.exclude_lean_runtime, tf32=ns.tf32 == "on",
-            plugins=tuple(Path(p) for p in ns.plugin), name=ns.name, handoff_dir=Path(ns.handoff_dir).absolute(),
+            plugins=tuple(Path(p) for p in ns.plugin),
+            calibration_cache=Path(ns.calibration_cache).absolute() if ns.calibration_cache else None,
+            strip_weights=ns.strip_weights, layer_info=ns.layer_info, name=ns.name, handoff_dir=Path(ns.handoff_dir).absolute(),
             lock_timeout=parse_duration(ns.lock_timeout), lock_mode=ns.lock_mode,
             progress_interval=parse_duration(ns.progress_interval),
             events_timeout=parse_duration(ns.events_timeout),

@@ -8,12 +8,7 @@ exactly what is missing and exits 2.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import dataclasses
-import glob
-import os
-import sys
 import tempfile
 import time
 from collections.abc import Mapping
@@ -45,64 +40,60 @@ def identity(environ: Mapping[str, str]) -> gpu.GpuInfo:
     return chosen
 
 
-class _Cudart:
-    """The few CUDA runtime calls one inference needs, through ctypes (no extra Python dependency)."""
+def _cudart() -> Any:
+    """NVIDIA's CUDA runtime bindings (``cuda-bindings``, the ``cuda`` extra), as TensorRT's own samples use them
+    (``samples/python/common_runtime.py``, release/10.16: ``from cuda.bindings import runtime as cudart``).
+    :raises ConfigError: not installed (exit 2), instead of loading whatever libcudart a search finds."""
+    try:
+        from cuda.bindings import runtime as cudart
+    except ImportError as exc:
+        raise ConfigError("selftest's inference needs NVIDIA's CUDA Python bindings (cuda-bindings), which are not "
+                          "installed", hint="pip install 'trtwarm[tensorrt]' (it includes cuda-bindings 12.x; for a "
+                          "CUDA 13 TensorRT install cuda-bindings 13.x)") from exc
+    return cudart
 
-    def __init__(self) -> None:
-        names = [ctypes.util.find_library("cudart"), "libcudart.so", "libcudart.so.13", "libcudart.so.12"]
-        names += glob.glob(os.path.join(sys.prefix, "lib", "python3*", "site-packages", "nvidia", "cu*", "lib",
-                                        "libcudart.so*"))
-        names += glob.glob(os.path.join(sys.prefix, "lib", "python3*", "site-packages", "nvidia", "cuda_runtime",
-                                        "lib", "libcudart.so*"))
-        for name in filter(None, names):
-            try:
-                self.lib = ctypes.CDLL(name)
-                break
-            except OSError:
-                continue
-        else:
-            raise BuildError("cannot load the CUDA runtime (libcudart) to run the test inference",
-                             hint="use a CUDA runtime base image, or pip install nvidia-cuda-runtime-cu12")
 
-    def call(self, name: str, *args: Any) -> None:
-        code = getattr(self.lib, name)(*args)
-        if code != 0:
-            raise BuildError(f"CUDA {name} failed with error {code}")
-
-    def malloc(self, size: int) -> int:
-        ptr = ctypes.c_void_p()
-        self.call("cudaMalloc", ctypes.byref(ptr), ctypes.c_size_t(size))
-        return int(ptr.value or 0)
-
-    def copy(self, dst: int, src: int, size: int, kind: int) -> None:  # kind 1: host->device, 2: device->host
-        self.call("cudaMemcpy", ctypes.c_void_p(dst), ctypes.c_void_p(src), ctypes.c_size_t(size), kind)
+def _check(result: Any) -> Any:
+    """Every ``cuda.bindings`` call returns ``(cudaError_t, *values)``; raise on an error, return the value(s)."""
+    err, *values = result
+    if int(err) != 0:
+        raise BuildError(f"CUDA call failed: {err!r}", hint="check the driver with nvidia-smi; the CUDA version of "
+                         "cuda-bindings must not be newer than the driver supports")
+    return values[0] if len(values) == 1 else (values or None)
 
 
 def infer(engine_path: Path, batch: Any) -> Any:
-    """Run the engine once on *batch* (the demo model's ``input``) and return ``output`` as a NumPy array."""
+    """Run the engine once on *batch* (the demo model's ``input``) on a stream of its own (TensorRT warns about the
+    legacy default stream, which also synchronises with every other stream) and return ``output``."""
     import numpy as np
     import tensorrt as trt
 
+    cudart = _cudart()
     logger = trt.Logger(trt.Logger.WARNING)
     runtime = trt.Runtime(logger)
     engine = runtime.deserialize_cuda_engine(engine_path.read_bytes())
     context = engine.create_execution_context()
-    cuda, buffers = _Cudart(), []
     out = np.empty((batch.shape[0], 4), dtype=np.float32)
+    host = {"input": np.ascontiguousarray(batch, dtype=np.float32), "output": out}
+    stream = _check(cudart.cudaStreamCreate())
+    device: dict[str, int] = {}
+    kinds = cudart.cudaMemcpyKind
     try:
-        for name, host in (("input", np.ascontiguousarray(batch, dtype=np.float32)), ("output", out)):
-            ptr = cuda.malloc(host.nbytes)
-            buffers.append(ptr)
-            context.set_tensor_address(name, ptr)
-            if name == "input":
-                context.set_input_shape(name, host.shape)
-                cuda.copy(ptr, host.ctypes.data, host.nbytes, 1)
-        if not context.execute_async_v3(0):  # the legacy default stream, synchronous with cudaMemcpy
+        for name, array in host.items():
+            device[name] = _check(cudart.cudaMalloc(array.nbytes))
+            context.set_tensor_address(name, device[name])
+        context.set_input_shape("input", host["input"].shape)
+        _check(cudart.cudaMemcpyAsync(device["input"], host["input"].ctypes.data, host["input"].nbytes,
+                                      kinds.cudaMemcpyHostToDevice, stream))
+        if not context.execute_async_v3(stream):
             raise BuildError("TensorRT could not run the test inference")
-        cuda.copy(out.ctypes.data, buffers[1], out.nbytes, 2)
+        _check(cudart.cudaMemcpyAsync(out.ctypes.data, device["output"], out.nbytes, kinds.cudaMemcpyDeviceToHost,
+                                      stream))
+        _check(cudart.cudaStreamSynchronize(stream))
     finally:
-        for ptr in buffers:
-            cuda.lib.cudaFree(ctypes.c_void_p(ptr))
+        for ptr in device.values():
+            cudart.cudaFree(ptr)
+        cudart.cudaStreamDestroy(stream)
     return out
 
 
@@ -121,6 +112,7 @@ def run(environ: Mapping[str, str], keep: Path | None = None) -> int:
         _say("TensorRT", "not installed")
         raise
     _say("TensorRT", f"{version} ({dist})")
+    _say("CUDA bindings", getattr(_cudart(), "__name__", "cuda.bindings.runtime"))  # before a build, not after it
     work = keep or Path(tempfile.mkdtemp(prefix="trtwarm-selftest-"))
     model = make_model(work / "selftest.onnx", dynamic=False)
     base = Settings(model=model, cache_dir=work / "cache", builder="tensorrt", handoff_dir=work / "h1",

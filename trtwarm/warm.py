@@ -152,7 +152,11 @@ def _build_into(plan: Plan, staging: Any) -> dict[str, Any]:
         raise BuildError(f"the freshly built engine {exc.reason}", hint="the builder produced an engine this node "
                          "cannot load; check the builder and runtime versions") from exc
     digest, size = sha256_file(engine)
-    return _manifest(plan, engine.name, digest, size, plan.seconds["build"])
+    manifest = _manifest(plan, engine.name, digest, size, plan.seconds["build"])
+    extra = plan.builder.report()  # what the builder learned (e.g. TensorRT's engine_info), as in engine.json
+    if extra:
+        manifest["extra"] = extra
+    return manifest
 
 
 def build_and_publish(plan: Plan) -> Entry:

@@ -16,6 +16,13 @@ from typing import Any
 
 from trtwarm import gpu
 from trtwarm.builders.base import Builder
+from trtwarm.builders.ort_tensorrt import (
+    check_context_model,
+    check_ort_for_tensorrt,
+    ep_options,
+    ep_tensorrt_version,
+    warmup_shapes,
+)
 from trtwarm.errors import BuildError, ConfigError, EntryInvalid
 from trtwarm.model import ModelFacts
 
@@ -59,10 +66,20 @@ class OrtBuilder(Builder):
         return provider
 
     def identity(self) -> dict[str, Any]:
-        """Name, distribution and exact version of ONNX Runtime, and the execution provider."""
+        """Name, distribution and exact version of ONNX Runtime, and the execution provider; with the TensorRT EP also
+        the TensorRT it loads and its provider options (the context model embeds a TensorRT engine)."""
         dist, version = ort_version()
-        return {"name": "onnxruntime", "version": version, "distribution": dist,
-                "provider": self._provider(), "graph_optimization": "all"}
+        doc: dict[str, Any] = {"name": "onnxruntime", "version": version, "distribution": dist,
+                               "provider": self._provider(), "graph_optimization": "all"}
+        if self.epcontext:
+            doc["tensorrt"] = ep_tensorrt_version(self.settings.environ)
+            check_ort_for_tensorrt(version, doc["tensorrt"])
+            doc["ep_options"] = dict(sorted(self._ep_options().items()))
+            doc["ep_context"] = {"embed_mode": 1, "cpu_fallback": False}
+        return doc
+
+    def _ep_options(self) -> dict[str, str]:
+        return ep_options(self.settings.shapes)
 
     @functools.cached_property
     def gpu_info(self) -> gpu.GpuInfo | None:
@@ -84,12 +101,8 @@ class OrtBuilder(Builder):
     def _providers(self) -> list[Any]:
         """The provider list; the TensorRT EP gets its optimization profile from ``--shape``."""
         provider = self._provider()
-        if provider != PROVIDERS["tensorrt"] or not self.settings.shapes:
-            return [provider]
-        dims = {kind: ",".join(f"{s.name}:{'x'.join(map(str, getattr(s, kind)))}" for s in self.settings.shapes)
-                for kind in ("min", "opt", "max")}
-        return [(provider, {"trt_profile_min_shapes": dims["min"], "trt_profile_opt_shapes": dims["opt"],
-                            "trt_profile_max_shapes": dims["max"]})]
+        options = self._ep_options() if provider == PROVIDERS["tensorrt"] else {}
+        return [(provider, options)] if options else [provider]
 
     def _session(self, path: Path, options: Any) -> Any:
         import onnxruntime as ort
@@ -117,9 +130,10 @@ class OrtBuilder(Builder):
         output = staging / ("model.ctx.onnx" if self.epcontext else self.engine_filename)
         options = ort.SessionOptions()
         options.log_severity_level = 3  # its "hardware specific optimizations" warning is why the key has the ISA
-        if self.epcontext:
+        warmup = warmup_shapes(facts.inputs, self.settings.shapes) if self.epcontext else None
+        if self.epcontext:  # no CPU fallback: an embedded engine must stand for the whole model
             for key, value in (("ep.context_enable", "1"), ("ep.context_file_path", str(output)),
-                               ("ep.context_embed_mode", "1")):
+                               ("ep.context_embed_mode", "1"), ("session.disable_cpu_ep_fallback", "1")):
                 options.add_session_config_entry(key, value)
         else:
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -128,18 +142,22 @@ class OrtBuilder(Builder):
             options.add_session_config_entry("session.optimized_model_external_initializers_file_name",
                                              "model.ort.data")
         try:
-            self._session(model, options)
+            session = self._session(model, options)
+            if warmup is not None and not output.is_file():  # dynamic shapes: the EP builds at the first run
+                session.run(None, self.feeds(session, warmup))
         except ort_errors() as exc:
             raise BuildError(f"ONNX Runtime could not optimise the model: {exc}", log_tail=str(exc)) from exc
-        if not output.is_file() or output.stat().st_size == 0:
+        if self.epcontext:
+            check_context_model(output)
+        elif not output.is_file() or output.stat().st_size == 0:
             raise BuildError("ONNX Runtime wrote no optimised model")
         return output
 
-    def feeds(self, session: Any) -> dict[str, Any]:
-        """Zeros of the opt shape for every input (symbolic dims without ``--shape`` become 1)."""
+    def feeds(self, session: Any, shapes: dict[str, tuple[int, ...]] | None = None) -> dict[str, Any]:
+        """Zeros of the opt shape (or *shapes*) for every input (symbolic dims without ``--shape`` become 1)."""
         import numpy as np
 
-        opt = {s.name: s.opt for s in self.settings.shapes}
+        opt = shapes or {s.name: s.opt for s in self.settings.shapes}
         feeds = {}
         for item in session.get_inputs():
             shape = opt.get(item.name) or tuple(d if isinstance(d, int) else 1 for d in item.shape)

@@ -10,8 +10,8 @@ deprecated precision flags; ``OnnxParser.parse_from_file`` (external weights); o
 
 from __future__ import annotations
 
-import ctypes
 import functools
+import hashlib
 import importlib.util
 import logging
 from importlib import metadata
@@ -27,16 +27,24 @@ from trtwarm.builders.tensorrt.compat import (
     load_verdict,
     parse_version,
     plan_header,
+    timing_cache_id,
 )
-from trtwarm.builders.tensorrt.network import build_plan, capturing_logger
+from trtwarm.builders.tensorrt.network import BuildJob, build_plan, capturing_logger
+from trtwarm.builders.tensorrt.precision import PRECISIONS, calibrator_for, check_model, quantization
+from trtwarm.builders.tensorrt.progress import ProgressLog
+from trtwarm.builders.tensorrt.runtime import deserialize, refit_from_onnx
+from trtwarm.builders.tensorrt.runtime import engine_info as read_engine_info
+from trtwarm.builders.tensorrt.timing_cache import TimingCacheFile
 from trtwarm.errors import ConfigError, EntryInvalid
-from trtwarm.fsutil import sha256_file
+from trtwarm.fsutil import TooLarge, read_bounded, sha256_file
 from trtwarm.model import ModelFacts
+from trtwarm.volume.layout import Layout
 
 log = logging.getLogger("trtwarm.build")
 INSTALL_HINT = ("install TensorRT into this image: pip install 'trtwarm[tensorrt]' (the same TensorRT version as "
                 "your inference server), or use --builder onnxruntime / --builder command")
 #: distributions that provide the ``tensorrt`` module, most specific first (pip wheels, then NGC / system packages)
+CALIBRATION_LIMIT = 64 << 20  # calibration caches are text, one line per tensor: a few hundred KiB at most
 DISTRIBUTIONS = ("tensorrt-cu13-bindings", "tensorrt-cu12-bindings", "tensorrt-cu11-bindings", "tensorrt-cu13",
                  "tensorrt-cu12", "tensorrt-cu11", "tensorrt")
 
@@ -71,7 +79,8 @@ class TensorRTBuilder(Builder):
         super().__init__(settings)
         self._dist, self._version = tensorrt_version()
         self.major, self.minor = (parse_version(self._version) + (0, 0))[:2]
-        self.phases: list[list[Any]] = []  # [phase, steps done, steps], fed by TensorRT's progress monitor
+        self.phases = ProgressLog()  # fed by TensorRT's progress monitor from its build threads
+        self.engine_info: dict[str, Any] = {}  # what the last loaded engine reported (see runtime.engine_info)
         self._plan: ConfigPlan | None = None
         self.timing_cache_used = False
         self._built = False
@@ -83,10 +92,25 @@ class TensorRTBuilder(Builder):
 
     @property
     def plan(self) -> ConfigPlan:
-        """The build configuration by name. :raises ConfigError: an option this TensorRT cannot honour."""
+        """The build configuration by name. :raises ConfigError: an option this TensorRT or GPU cannot honour."""
         if self._plan is None:
-            self._plan = config_plan(self.settings, self.major, self.minor, self.precision)
+            calibrator = calibrator_for(self.calibration[0][:256]) if self.calibration and self.major < 11 else None
+            self._plan = config_plan(self.settings, self.major, self.minor, self.precision,
+                                     self.gpu_info.compute_capability, calibrator)
         return self._plan
+
+    @functools.cached_property
+    def calibration(self) -> tuple[bytes, str] | None:
+        """``--calibration-cache``'s bytes and SHA-256, read once. :raises ConfigError: unreadable or too large."""
+        path = self.settings.calibration_cache
+        if path is None:
+            return None
+        try:
+            data = read_bounded(path, CALIBRATION_LIMIT)
+        except (OSError, TooLarge) as exc:
+            raise ConfigError(f"--calibration-cache {path}: {getattr(exc, 'strerror', None) or exc}",
+                              hint="mount the calibration cache into the init container") from exc
+        return data, hashlib.sha256(data).hexdigest()
 
     def identity(self) -> dict[str, Any]:
         """TensorRT's exact version and the CUDA major of its wheel (None where the distribution does not say).
@@ -113,7 +137,19 @@ class TensorRTBuilder(Builder):
         return {"workspace": s.workspace, "opt_level": s.opt_level, "hardware_compat": s.hardware_compat,
                 "version_compatible": s.version_compatible, "exclude_lean_runtime": s.exclude_lean_runtime,
                 "tf32": s.tf32, "strongly_typed": plan.strongly_typed, "flags": sorted(plan.set_flags),
-                "plugins": [self._plugin_field(p) for p in s.plugins]}
+                "plugins": [self._plugin_field(p) for p in s.plugins], **self._optional_fields()}
+
+    def _optional_fields(self) -> dict[str, Any]:
+        """Fields added since the first release, present only when used, so existing keys do not change."""
+        s, fields = self.settings, {}
+        if self.calibration:
+            fields["calibration_cache"] = {"sha256": self.calibration[1], "bytes": len(self.calibration[0]),
+                                           "calibrator": self.plan.calibrator}
+        if s.strip_weights:
+            fields["strip_weights"] = True
+        if s.layer_info == "detailed":
+            fields["profiling_verbosity"] = "DETAILED"
+        return fields
 
     @staticmethod
     def _plugin_field(path: Path) -> dict[str, Any]:
@@ -124,32 +160,32 @@ class TensorRTBuilder(Builder):
                               "init container") from exc
         return {"name": path.name, "sha256": digest, "bytes": size}
 
-    def _import(self) -> Any:
-        import tensorrt as trt  # imported only to build or load: a digest-verified hit never pays for it
-
-        if self.settings.plugins:
-            for plugin in self.settings.plugins:
-                ctypes.CDLL(str(plugin), mode=ctypes.RTLD_GLOBAL)
-        return trt
-
     def build(self, model: Path, facts: ModelFacts, staging: Path) -> Path:
         """Parse, configure, build; write ``staging/engine.plan``. :raises BuildError: with TensorRT's messages."""
-        trt = self._import()
+        check_model(self.precision, quantization(model) if PRECISIONS[self.precision].needs else set(),
+                    bool(self.calibration))
+        import tensorrt as trt  # imported only to build or load: a digest-verified hit never pays for it
+
         logger = capturing_logger(trt)
-        blob = build_plan(self, trt, logger, model)
+        plan, settings = self.plan, self.settings
+        cache = TimingCacheFile(Layout(settings.cache_dir), timing_cache_id(self._version, self.gpu_info, plan))
+        job = BuildJob(plan=plan, model=model, output=staging / self.engine_filename, plugins=settings.plugins,
+                       calibration=self.calibration[0] if self.calibration else None, cache=cache,
+                       progress=self.phases,
+                       publish=lambda merge: cache.publish(merge, settings.identity, settings.lock_mode))
+        self.timing_cache_used = build_plan(trt, logger, job)
         self._built = True
-        output = staging / self.engine_filename
-        with open(output, "wb") as handle:
-            handle.write(memoryview(blob))
-        return output
+        return job.output
 
     def report(self) -> dict[str, Any]:
-        """Whether the last build started from the shared timing cache."""
-        return {"timing_cache": "used" if self.timing_cache_used else "new"} if self._built else {}
+        """Whether the last build started from the shared timing cache, and what the engine reported after it."""
+        if not self._built:
+            return {}
+        return {"timing_cache": "used" if self.timing_cache_used else "new", "engine_info": self.engine_info}
 
     def progress(self) -> str:
         """The current build phase, for the progress lines."""
-        return " > ".join(f"{name} {done}/{total}" if total else str(name) for name, done, total in self.phases[-2:])
+        return self.phases.describe()
 
     def precheck(self, engine: Path) -> None:
         """Before TensorRT is touched: the plan header must name this TensorRT. :raises EntryInvalid:"""
@@ -163,22 +199,27 @@ class TensorRTBuilder(Builder):
             raise EntryInvalid(reason)
 
     def load(self, engine: Path, facts: ModelFacts) -> None:
-        """Deserialize on this GPU with a capturing logger. :raises EntryInvalid: None, an error or a GPU warning."""
+        """Deserialize on this GPU with a capturing logger (refitting a weight-stripped plan from the ONNX weights) and
+        create an execution context. :raises EntryInvalid: None, an error or a GPU warning, or a failed refit."""
         self.precheck(engine)
-        trt = self._import()
+        import tensorrt as trt
+
         logger = capturing_logger(trt, echo=1)
-        runtime = trt.Runtime(logger)
-        if self.settings.plugins:
-            trt.init_libnvinfer_plugins(logger, "")
-        # plans with embedded host code (the lean runtime) are executable: only for version-compatible builds
-        runtime.engine_host_code_allowed = bool(self.settings.version_compatible)
-        loaded = runtime.deserialize_cuda_engine(engine.read_bytes())
+        _runtime, loaded = deserialize(trt, logger, engine.read_bytes(), self.settings.plugins,
+                                      host_code=bool(self.settings.version_compatible))
         verdict = load_verdict(logger.records)
         if loaded is None or verdict:
-            raise EntryInvalid(f"does not load in TensorRT {self._version}: "
+            raise EntryInvalid(f"does not load in TensorRT {self._version} (driver "
+                               f"{self.gpu_info.driver_version or 'unknown'}): "
                                f"{verdict or 'deserialization returned None'}")
+        if self.settings.strip_weights:
+            refit_from_onnx(trt, logger, loaded, self.settings.model)
         if loaded.create_execution_context() is None:
             raise EntryInvalid(f"TensorRT could not create an execution context: {logger.tail(3)}")
+        info = read_engine_info(trt, loaded)
+        info.update(version_compatible=bool(self.settings.version_compatible), tensorrt=self._version,
+                    driver_version=self.gpu_info.driver_version, cuda_driver_version=self.gpu_info.cuda_driver_version)
+        self.engine_info = info
 
 
-__all__ = ["DISTRIBUTIONS", "INSTALL_HINT", "TensorRTBuilder", "tensorrt_version"]
+__all__ = ["CALIBRATION_LIMIT", "DISTRIBUTIONS", "INSTALL_HINT", "TensorRTBuilder", "tensorrt_version"]

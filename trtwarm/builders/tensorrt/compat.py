@@ -13,17 +13,14 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from trtwarm.builders.tensorrt.precision import check as precision_rules
 from trtwarm.config import Settings
 from trtwarm.errors import ConfigError
+from trtwarm.gpu import GpuInfo, key_fields
 
 PLAN_MAGIC = 0x74727466  # b"ftrt" little-endian: kPLAN_FILE_TAG in trtexec's printPlanVersion
 PLAN_HEADER_BYTES = 28
-#: 10.x precision -> builder flags on a weakly typed network ("model": a strongly typed network, no flags)
-PRECISION_FLAGS = {"fp32": (), "fp16": ("FP16",), "bf16": ("BF16",), "int8": ("INT8",), "fp8": ("FP8",), "model": ()}
 HARDWARE_LEVELS = {"none": "NONE", "ampere+": "AMPERE_PLUS", "same-cc": "SAME_COMPUTE_CAPABILITY"}
-_BAKE_HINT = ("TensorRT 11 takes precision from the model: bake it in first (FP16/BF16: `python -m "
-              "modelopt.onnx.autocast --onnx_path model.onnx --output_path model_fp16.onnx`; INT8/FP8: explicit Q/DQ "
-              "nodes from ModelOpt quantization), then use --precision model")
 
 
 def parse_version(text: str) -> tuple[int, ...]:
@@ -114,11 +111,14 @@ class ConfigPlan:
     workspace: int | None
     opt_level: int | None
     profiles: tuple[dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]], ...] = field(default=())
+    calibrator: str | None = None  # the trt.IInt8*Calibrator class that replays --calibration-cache
+    profiling_verbosity: str = "LAYER_NAMES_ONLY"  # trt.ProfilingVerbosity member (DETAILED: per-layer precision)
 
     @property
     def timing_cache_flags(self) -> tuple[str, ...]:
-        """The flags that make a timing cache incompatible (TF32, REFIT), for its id."""
-        return tuple(f for f in ("TF32",) if f not in self.clear_flags)
+        """The flags that make a timing cache incompatible (TF32; STRIP_PLAN, which implies REFIT_IDENTICAL)."""
+        return tuple(f for f in ("TF32",) if f not in self.clear_flags) + tuple(
+            f for f in ("STRIP_PLAN",) if f in self.set_flags)
 
 
 def default_precision(major: int) -> str:
@@ -126,38 +126,50 @@ def default_precision(major: int) -> str:
     return "model" if major >= 11 else "fp16"
 
 
-def config_plan(settings: Settings, major: int, minor: int, precision: str) -> ConfigPlan:
-    """Map trtwarm's options onto TensorRT builder settings by name. :raises ConfigError: invalid for *major*."""
-    if major >= 11 and precision != "model":
-        raise ConfigError(f"--precision {precision} is not available with TensorRT {major}: weak typing and "
-                          "precision flags were removed in TensorRT 11", hint=_BAKE_HINT)
+def config_plan(settings: Settings, major: int, minor: int, precision: str,
+                compute_capability: tuple[int, int] | None = None, calibrator: str | None = None) -> ConfigPlan:
+    """Map trtwarm's options onto TensorRT builder settings by name. :raises ConfigError: invalid for *major*.
+
+    *calibrator* is the class :func:`~trtwarm.builders.tensorrt.precision.calibrator_for` chose for
+    ``--calibration-cache``; *compute_capability* (of the build GPU) refuses e.g. BF16 before Ampere.
+    """
+    rule = precision_rules(precision, major, settings.hardware_compat, compute_capability,
+                           bool(settings.calibration_cache))
     if settings.exclude_lean_runtime and not settings.version_compatible:
         raise ConfigError("--exclude-lean-runtime only applies with --version-compatible")
     if settings.hardware_compat == "same-cc" and (major, minor) < (10, 9):
         raise ConfigError(f"--hardware-compat same-cc needs TensorRT 10.9 or newer (this is {major}.{minor})",
                           hint="use --hardware-compat ampere+ or upgrade TensorRT")
-    flags = list(PRECISION_FLAGS[precision]) if major < 11 else []
+    flags = list(rule.flags)
     if settings.version_compatible:
         flags.append("VERSION_COMPATIBLE")
         if settings.exclude_lean_runtime:
             flags.append("EXCLUDE_LEAN_RUNTIME")
+    if settings.strip_weights:
+        flags.append("STRIP_PLAN")  # REFIT_IDENTICAL is implied (trtexec --stripWeights, sampleEngines.cpp)
     profiles = tuple({s.name: (s.min, s.opt, s.max) for s in shapes} for shapes in settings.profiles or
                      ((settings.shapes,) if settings.shapes else ()))
     # 10.x: strong typing and precision flags are alternatives (weak flags need a weakly typed network); 11.x is
     # always strongly typed and the flag is merely ignored, so setting it is the portable idiom.
-    return ConfigPlan(strongly_typed=precision == "model" or major >= 11, set_flags=tuple(flags),
+    return ConfigPlan(strongly_typed=rule.strongly_typed or major >= 11, set_flags=tuple(flags),
                       clear_flags=() if settings.tf32 else ("TF32",),
                       hardware_level=HARDWARE_LEVELS[settings.hardware_compat], workspace=settings.workspace,
-                      opt_level=settings.opt_level, profiles=profiles)
+                      opt_level=settings.opt_level, profiles=profiles, calibrator=calibrator,
+                      profiling_verbosity="DETAILED" if settings.layer_info == "detailed" else "LAYER_NAMES_ONLY")
 
 
-def timing_cache_id(tensorrt_version: str, device: dict[str, Any], plan: ConfigPlan) -> str:
-    """The shared timing cache's id: TensorRT version, GPU class and the flags that change tactics."""
-    doc = {"tensorrt": tensorrt_version, "device": device, "flags": sorted(plan.timing_cache_flags),
+def timing_cache_id(tensorrt_version: str, gpu_info: GpuInfo, plan: ConfigPlan) -> str:
+    """The shared timing cache's id: TensorRT version, the GPU *product* and the flags that change tactics.
+
+    Always the product, even when the engine is built for a class (``--hardware-compat ampere+``): TensorRT refuses
+    a timing cache from another device (``set_timing_cache(cache, ignore_mismatch=False)``, ``combine(..., False)``),
+    so two products sharing one file would keep replacing each other's cache.
+    """
+    doc = {"tensorrt": tensorrt_version, "device": key_fields(gpu_info), "flags": sorted(plan.timing_cache_flags),
            "hardware_level": plan.hardware_level}
     digest = hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     return f"trt{tensorrt_version}-{digest[:16]}"
 
 
-__all__ = ["HARDWARE_LEVELS", "KNOWN_MESSAGES", "PLAN_MAGIC", "PRECISION_FLAGS", "ConfigPlan", "PlanHeader",
+__all__ = ["HARDWARE_LEVELS", "KNOWN_MESSAGES", "PLAN_MAGIC", "ConfigPlan", "PlanHeader",
            "config_plan", "default_precision", "load_verdict", "parse_version", "plan_header", "timing_cache_id"]

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from trtwarm.builders.tensorrt.compat import ConfigPlan, timing_cache_id
+from trtwarm.builders.tensorrt.compat import ConfigPlan
+from trtwarm.builders.tensorrt.progress import ProgressLog, progress_monitor
+from trtwarm.builders.tensorrt.runtime import ready
 from trtwarm.builders.tensorrt.timing_cache import TimingCacheFile
 from trtwarm.errors import BuildError, ConfigError
 
@@ -38,30 +42,6 @@ def capturing_logger(trt: Any, echo: int = 2) -> Any:
             return "\n".join([m for s, m in self.records if s <= 2][-n:])
 
     return CapturingLogger()
-
-
-def progress_monitor(trt: Any, phases: list[list[Any]]) -> Any | None:
-    """A ``trt.IProgressMonitor`` keeping ``[phase, steps done, steps]`` entries in *phases* (None: no such API)."""
-    if not hasattr(trt, "IProgressMonitor"):
-        return None
-
-    class Monitor(trt.IProgressMonitor):  # type: ignore[misc,name-defined]
-        def __init__(self) -> None:
-            trt.IProgressMonitor.__init__(self)
-
-        def phase_start(self, phase_name: str, parent_phase: str | None, num_steps: int) -> None:
-            phases.append([phase_name, 0, num_steps])
-
-        def step_complete(self, phase_name: str, step: int) -> bool:
-            if phases and phases[-1][0] == phase_name:
-                phases[-1][1] = step + 1
-            return True  # False would cancel the build
-
-        def phase_finish(self, phase_name: str) -> None:
-            if phases and phases[-1][0] == phase_name:
-                phases.pop()
-
-    return Monitor()
 
 
 def parser_errors(parser: Any) -> list[str]:
@@ -115,12 +95,57 @@ def configure(trt: Any, builder: Any, plan: ConfigPlan) -> Any:
         config.set_flag(_flag(trt, name))
     for name in plan.clear_flags:
         config.clear_flag(_flag(trt, name))
+    config.profiling_verbosity = getattr(trt.ProfilingVerbosity, plan.profiling_verbosity)
     for shapes in plan.profiles:
         profile = builder.create_optimization_profile()
         for name, (low, opt, high) in shapes.items():
             profile.set_shape(name, low, opt, high)
         config.add_optimization_profile(profile)
     return config
+
+
+def cache_calibrator(trt: Any, class_name: str, cache: bytes) -> Any:
+    """A calibrator that only replays an existing cache, as ``trtexec --int8 --calib=FILE`` does.
+
+    TensorRT 10.x ``python/src/infer/pyInt8.cpp`` (release/10.16): the trampoline calls ``get_batch(names)`` (None:
+    no more data), ``read_calibration_cache()`` (a buffer, or None to calibrate) and ``write_calibration_cache``.
+    With a valid cache TensorRT never asks for a batch; if it rejects the cache, ``get_batch`` returns None and the
+    build fails instead of silently calibrating on nothing.
+    """
+    base = getattr(trt, class_name)
+
+    class ReplayCalibrator(base):  # type: ignore[misc,valid-type]
+        def __init__(self) -> None:
+            base.__init__(self)
+
+        def get_batch_size(self) -> int:
+            return 1
+
+        def get_batch(self, names: list[str]) -> None:
+            log.error("TensorRT asked for calibration data: it did not accept --calibration-cache")
+            return None
+
+        def read_calibration_cache(self) -> bytes:
+            return cache
+
+        def write_calibration_cache(self, data: Any) -> None:
+            return None
+
+    return ReplayCalibrator()
+
+
+def set_calibration(trt: Any, builder: Any, config: Any, plan: ConfigPlan, cache: bytes) -> Any:
+    """Attach the replay calibrator (10.x ``config.int8_calibrator``, pyCore.cpp release/10.16 L1820) and, for
+    dynamic shapes, a calibration profile at the first profile's opt shapes (``set_calibration_profile`` L1834, as
+    trtexec's ``setupNetworkAndConfig`` does). Returns the calibrator: it must live until the build ends."""
+    calibrator = cache_calibrator(trt, str(plan.calibrator), cache)
+    config.int8_calibrator = calibrator
+    if plan.profiles:
+        profile = builder.create_optimization_profile()
+        for name, (_low, opt, _high) in plan.profiles[0].items():
+            profile.set_shape(name, opt, opt, opt)
+        config.set_calibration_profile(profile)
+    return calibrator
 
 
 def load_timing_cache(config: Any, cache: TimingCacheFile) -> bool:
@@ -152,32 +177,82 @@ def merge_timing_cache(config: Any, current: bytes | None) -> bytes | None:
     return bytes(ours.serialize())
 
 
-def build_plan(builder_: Any, trt: Any, logger: Any, model: Path) -> bytes:
-    """Build the serialized engine for *builder_* (a TensorRTBuilder). :raises BuildError: with TensorRT's errors."""
-    plan, settings = builder_.plan, builder_.settings
+@dataclass
+class BuildJob:
+    """What one build needs besides TensorRT: the configuration by name and where things go."""
+
+    plan: ConfigPlan
+    model: Path
+    output: Path
+    plugins: tuple[Path, ...] = ()
+    calibration: bytes | None = None
+    cache: TimingCacheFile | None = None
+    progress: ProgressLog = field(default_factory=ProgressLog)
+    publish: Callable[[Callable[[bytes | None], bytes | None]], bool] | None = None
+
+
+def file_writer(trt: Any, handle: BinaryIO) -> Any:
+    """A ``trt.IStreamWriter`` that appends each chunk to *handle* (``write(data) -> bytes written``; the binding's
+    ``PyStreamWriter`` passes one ``bytes`` argument, pyCore.cpp release/10.16 L874-905)."""
+
+    class FileWriter(trt.IStreamWriter):  # type: ignore[misc,name-defined]
+        def __init__(self) -> None:
+            trt.IStreamWriter.__init__(self)
+            self.error: OSError | None = None
+
+        def write(self, data: bytes) -> int:
+            try:
+                return handle.write(data)
+            except OSError as exc:  # the binding would swallow it into "0 bytes written": keep it for the caller
+                self.error = exc
+                return 0
+
+    return FileWriter()
+
+
+def serialize_to(trt: Any, builder: Any, net: Any, config: Any, output: Path) -> bool:
+    """Build straight into *output*: ``build_serialized_network_to_stream`` (10.13+) never holds the whole plan in
+    host memory; before 10.13, ``build_serialized_network`` and one write from its buffer (no ``bytes()`` copy)."""
+    with open(output, "wb") as handle:
+        if hasattr(builder, "build_serialized_network_to_stream"):
+            writer = file_writer(trt, handle)
+            done = bool(builder.build_serialized_network_to_stream(net, config, writer))
+            if writer.error is not None:
+                raise writer.error  # a full or read-only volume, reported as such by warm
+            return done
+        serialized = builder.build_serialized_network(net, config)
+        if serialized is None:
+            return False
+        handle.write(memoryview(serialized))
+        return True
+
+
+def build_plan(trt: Any, logger: Any, job: BuildJob) -> bool:
+    """Build the serialized engine into ``job.output``; return whether the shared timing cache was used.
+
+    The plugin registry is ready before anything else touches TensorRT (:func:`~.runtime.ready`).
+    :raises BuildError: with TensorRT's errors; :raises ConfigError: an option this TensorRT lacks
+    """
+    ready(trt, logger, job.plugins)
     builder = trt.Builder(logger)
-    if settings.plugins:
-        trt.init_libnvinfer_plugins(logger, "")
-    net = network(trt, builder, plan)
-    parse(trt, net, logger, model)
-    config = configure(trt, builder, plan)
-    monitor = progress_monitor(trt, builder_.phases)
+    net = network(trt, builder, job.plan)
+    parse(trt, net, logger, job.model)
+    config = configure(trt, builder, job.plan)
+    calibrator = set_calibration(trt, builder, config, job.plan, job.calibration) if job.calibration else None
+    monitor = progress_monitor(trt, job.progress)
     if monitor is not None:
         config.progress_monitor = monitor
-    from trtwarm.volume.layout import Layout
-
-    cache = TimingCacheFile(Layout(settings.cache_dir), timing_cache_id(builder_.version, builder_.device(), plan))
-    builder_.timing_cache_used = load_timing_cache(config, cache)
+    used = load_timing_cache(config, job.cache) if job.cache else False
     start = time.monotonic()
-    serialized = builder.build_serialized_network(net, config)
-    if serialized is None:
+    if not serialize_to(trt, builder, net, config, job.output):
         raise BuildError("TensorRT could not build the engine (build_serialized_network returned None)",
                          log_tail=logger.tail())
-    log.info("TensorRT built the engine in %.1f s (timing cache %s)", time.monotonic() - start,
-             "used" if builder_.timing_cache_used else "new")
-    cache.publish(lambda current: merge_timing_cache(config, current), settings.identity, settings.lock_mode)
-    return bytes(serialized)
+    del calibrator  # kept alive through the build: TensorRT holds only a raw pointer to it
+    log.info("TensorRT built the engine in %.1f s (timing cache %s)", time.monotonic() - start, "used" if used else "new")
+    if job.cache and job.publish:
+        job.publish(lambda current: merge_timing_cache(config, current))
+    return used
 
 
-__all__ = ["build_plan", "capturing_logger", "configure", "load_timing_cache", "merge_timing_cache", "network", "parse",
-           "parser_errors", "progress_monitor"]
+__all__ = ["BuildJob", "build_plan", "cache_calibrator", "capturing_logger", "configure", "file_writer",
+           "load_timing_cache", "merge_timing_cache", "network", "parse", "parser_errors", "serialize_to"]
