@@ -306,6 +306,28 @@ def test_real_build_cache_reload_and_run(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "h1" / "engine.json").read_text())
     assert report["result"] == "built" and report["extra"]["timing_cache"] in ("used", "new")
     assert list((tmp_path / "cache" / "timing-caches").glob("*.cache"))
+    info = json.loads((entry / "manifest.json").read_text())["extra"]["engine_info"]  # read back from the engine
+    assert info["layers"] > 0 and info["profiles"] >= 1 and info["device_memory_bytes"] >= 0
+    assert info["hardware_compatibility_level"] == "NONE" and info["driver_version"]
+
+
+@pytest.mark.tensorrt
+@pytest.mark.gpu
+@needs_trt
+def test_real_weight_stripped_engine_is_smaller_and_refits_on_load(tmp_path: Path) -> None:
+    from trtwarm.demo import make_model
+
+    model = make_model(tmp_path / "wide.onnx", hidden=4096, dynamic=False)
+    sizes = {}
+    for strip in (False, True):
+        handoff = tmp_path / f"h-{strip}"
+        args = ["init", "--model", str(model), "--cache-dir", str(tmp_path / "cache"), "--handoff-dir", str(handoff),
+                "--precision", "fp32", "--verify", "load"] + (["--strip-weights"] if strip else [])
+        assert run_trtwarm(*args, timeout=900).returncode == 0
+        again = run_trtwarm(*args, timeout=900)  # a hit, loaded with --verify load: refitted from the ONNX weights
+        assert again.returncode == 0, again.stderr
+        sizes[strip] = json.loads((handoff / "engine.json").read_text())["engine_bytes"]
+    assert sizes[True] < sizes[False] / 4
 
 
 @pytest.mark.tensorrt
@@ -340,3 +362,26 @@ def test_profile_flags_parse_and_do_not_mix_with_shape(model: Path) -> None:
     assert other.returncode == 2 and "is for the tensorrt builder" in other.stderr
     twice = run_trtwarm(*base, "--profile", "input=1x16;input=2x16")
     assert twice.returncode == 2 and "names the same input twice" in twice.stderr
+
+
+def test_the_driver_an_engine_was_built_on_is_named_from_its_manifest() -> None:
+    from trtwarm.builders.tensorrt.compat import built_on
+
+    manifest = {"extra": {"timing_cache": "new", "engine_info": {"driver_version": "580.65.06", "layers": 3}}}
+    assert built_on(manifest) == "built on driver 580.65.06"
+    assert built_on({}) == "" and built_on({"extra": "junk"}) == "" and built_on({"extra": {"engine_info": 1}}) == ""
+
+
+def test_inspector_layer_information_is_summarised_per_precision() -> None:
+    """The inspector's JSON as documented for ProfilingVerbosity.DETAILED (10.x "Format/Datatype", 11.x "DataType")
+    and LAYER_NAMES_ONLY (names only); anything else gives no precision, never an error."""
+    from trtwarm.builders.tensorrt.runtime import summarize_layers
+
+    detailed = json.dumps({"Layers": [
+        {"Name": "conv1", "LayerType": "CaskConvolution", "Outputs": [{"Format/Datatype": "Channel major FP16 format"}]},
+        {"Name": "fc", "Outputs": [{"DataType": "FP32"}]}, {"Name": "odd", "Outputs": []}]})
+    summary = summarize_layers(detailed)
+    assert summary["layers_by_precision"] == {"FP16": 1, "FP32": 1}
+    assert summary["layer_precisions"] == {"conv1": "FP16", "fc": "FP32", "odd": None}
+    assert summarize_layers(json.dumps({"Layers": ["conv1", "fc"]}))["layer_precisions"] == {"conv1": None, "fc": None}
+    assert summarize_layers("not json")["layers_by_precision"] == {}

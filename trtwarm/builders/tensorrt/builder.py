@@ -22,6 +22,7 @@ from trtwarm import gpu
 from trtwarm.builders.base import Builder
 from trtwarm.builders.tensorrt.compat import (
     ConfigPlan,
+    built_on,
     config_plan,
     default_precision,
     load_verdict,
@@ -39,6 +40,7 @@ from trtwarm.errors import ConfigError, EntryInvalid
 from trtwarm.fsutil import TooLarge, read_bounded, sha256_file
 from trtwarm.model import ModelFacts
 from trtwarm.volume.layout import Layout
+from trtwarm.volume.store import read_manifest
 
 log = logging.getLogger("trtwarm.build")
 INSTALL_HINT = ("install TensorRT into this image: pip install 'trtwarm[tensorrt]' (the same TensorRT version as "
@@ -209,17 +211,31 @@ class TensorRTBuilder(Builder):
                                       host_code=bool(self.settings.version_compatible))
         verdict = load_verdict(logger.records)
         if loaded is None or verdict:
-            raise EntryInvalid(f"does not load in TensorRT {self._version} (driver "
-                               f"{self.gpu_info.driver_version or 'unknown'}): "
+            raise EntryInvalid(f"does not load in TensorRT {self._version} on driver "
+                               f"{self.gpu_info.driver_version or 'unknown'}{_built_on(engine)}: "
                                f"{verdict or 'deserialization returned None'}")
         if self.settings.strip_weights:
             refit_from_onnx(trt, logger, loaded, self.settings.model)
         if loaded.create_execution_context() is None:
             raise EntryInvalid(f"TensorRT could not create an execution context: {logger.tail(3)}")
-        info = read_engine_info(trt, loaded)
+        try:
+            info = read_engine_info(trt, loaded)
+        except (AttributeError, RuntimeError, TypeError, ValueError) as exc:  # facts are a report, never a failure
+            log.warning("could not read the engine's facts back: %s", exc)
+            info = {"error": str(exc)}
         info.update(version_compatible=bool(self.settings.version_compatible), tensorrt=self._version,
                     driver_version=self.gpu_info.driver_version, cuda_driver_version=self.gpu_info.cuda_driver_version)
         self.engine_info = info
+
+
+def _built_on(engine: Path) -> str:
+    """`` (built on driver X)`` from the entry's manifest, when it has one: engines failing after a driver change
+    are a known pain, and this names the change."""
+    try:
+        built = built_on(read_manifest(engine.parent))
+    except EntryInvalid:
+        return ""
+    return f" ({built})" if built else ""
 
 
 __all__ = ["CALIBRATION_LIMIT", "DISTRIBUTIONS", "INSTALL_HINT", "TensorRTBuilder", "tensorrt_version"]

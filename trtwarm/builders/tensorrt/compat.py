@@ -158,6 +158,14 @@ def config_plan(settings: Settings, major: int, minor: int, precision: str,
                       profiling_verbosity="DETAILED" if settings.layer_info == "detailed" else "LAYER_NAMES_ONLY")
 
 
+def built_on(manifest: dict[str, Any]) -> str:
+    """``built on driver 580.65.06`` from what the builder read back after the build (``extra.engine_info``), or ""."""
+    extra = manifest.get("extra")
+    info = extra.get("engine_info") if isinstance(extra, dict) else None
+    driver = info.get("driver_version") if isinstance(info, dict) else None
+    return f"built on driver {driver}" if driver else ""
+
+
 def timing_cache_id(tensorrt_version: str, gpu_info: GpuInfo, plan: ConfigPlan) -> str:
     """The shared timing cache's id: TensorRT version, the GPU *product* and the flags that change tactics.
 
@@ -171,5 +179,5 @@ def timing_cache_id(tensorrt_version: str, gpu_info: GpuInfo, plan: ConfigPlan) 
     return f"trt{tensorrt_version}-{digest[:16]}"
 
 
-__all__ = ["HARDWARE_LEVELS", "KNOWN_MESSAGES", "PLAN_MAGIC", "ConfigPlan", "PlanHeader",
+__all__ = ["HARDWARE_LEVELS", "built_on", "KNOWN_MESSAGES", "PLAN_MAGIC", "ConfigPlan", "PlanHeader",
            "config_plan", "default_precision", "load_verdict", "parse_version", "plan_header", "timing_cache_id"]
