@@ -1,9 +1,11 @@
-"""The TensorRT build itself: network, parser, builder config, timing cache, ``build_serialized_network``.
+"""The TensorRT build itself: plugins, network, parser, builder config, calibration, timing cache, serialization.
 
 Follows NVIDIA's own 10.x/11.x samples (``samples/python/introductory_parser_samples``, ``common.py``): the portable
 ``1 << STRONGLY_TYPED`` network flag, ``parse_from_file`` for external weights, ``set_memory_pool_limit`` for the
-workspace, one ``add_optimization_profile`` per profile, a strict ``set_timing_cache`` and a ``None`` check on the
-serialized plan. Only :mod:`trtwarm.builders.tensorrt.builder` calls it, with ``tensorrt`` imported.
+workspace, one ``add_optimization_profile`` per profile, a strict ``set_timing_cache``; the plugin registry is ready
+before the builder exists (:func:`~trtwarm.builders.tensorrt.runtime.ready`), and the plan is streamed to its file
+(``build_serialized_network_to_stream``, 10.13+) or written from its buffer without a copy. Only
+:mod:`trtwarm.builders.tensorrt.builder` calls it, with ``tensorrt`` imported (tests pass a recording stand-in).
 """
 
 from __future__ import annotations

@@ -30,7 +30,8 @@ _LIBRARIES: dict[str, ctypes.CDLL] = {}
 #: layer-precision words as the engine inspector prints them ("Half", "Float", "Int8", ... and 11.x's "FP16")
 _PRECISION_WORDS = {"half": "FP16", "fp16": "FP16", "float": "FP32", "fp32": "FP32", "bf16": "BF16", "int8": "INT8",
                     "fp8": "FP8", "int4": "INT4", "fp4": "FP4", "int32": "INT32", "int64": "INT64", "bool": "BOOL"}
-LAYER_LIMIT = 2000  # at most this many per-layer precisions in a manifest (it must stay under 1 MiB)
+LAYER_LIMIT = 1000  # at most this many per-layer precisions in a manifest (it must stay well under its 1 MiB limit)
+NAME_LIMIT = 160  # fused layer names can run to kilobytes
 
 
 def ready(trt: Any, logger: Any, libraries: tuple[Path, ...] = ()) -> None:
@@ -87,13 +88,13 @@ def summarize_layers(info: str) -> dict[str, Any]:
     precisions: dict[str, str | None] = {}
     for index, layer in enumerate(layers):
         if not isinstance(layer, dict):
-            precisions[str(layer)] = None
+            precisions[str(layer)[:NAME_LIMIT]] = None
             continue
         outputs = layer.get("Outputs") or [{}]
         first = outputs[0] if isinstance(outputs[0], dict) else {}
         text = str(first.get("DataType") or first.get("Format/Datatype") or "")
         word = next((w for w in re.findall(r"[A-Za-z]+\d*", text) if w.lower() in _PRECISION_WORDS), None)
-        precisions[str(layer.get("Name", index))] = _PRECISION_WORDS[word.lower()] if word else None
+        precisions[str(layer.get("Name", index))[:NAME_LIMIT]] = _PRECISION_WORDS[word.lower()] if word else None
     counts = Counter(p for p in precisions.values() if p)
     kept = dict(list(precisions.items())[:LAYER_LIMIT])
     return {"layers_by_precision": dict(sorted(counts.items())), "layer_precisions": kept,
