@@ -385,3 +385,34 @@ def test_inspector_layer_information_is_summarised_per_precision() -> None:
     assert summary["layer_precisions"] == {"conv1": "FP16", "fc": "FP32", "odd": None}
     assert summarize_layers(json.dumps({"Layers": ["conv1", "fc"]}))["layer_precisions"] == {"conv1": None, "fc": None}
     assert summarize_layers("not json")["layers_by_precision"] == {}
+
+
+def test_ls_and_key_explain_show_what_the_engine_reported(model: Path, tmp_path: Path) -> None:
+    """An entry whose manifest carries ``extra.engine_info`` (as a TensorRT build writes it, published through the
+    store like any build): ``ls --json`` shows the facts, ``key --explain`` names the driver it was built on."""
+    from trtwarm.fsutil import sha256_file
+    from trtwarm.key import entry_name, key_of
+    from trtwarm.volume.store import EngineStore
+
+    cache = tmp_path / "cache"
+    base = ["--builder", "command", "--build-command", "cp {model} {output}", "--device", "cpu", "--model", str(model),
+            "--cache-dir", str(cache)]
+    doc = json.loads(run_trtwarm("key", *base, "--builder-version", "old", "--json").stdout)["document"]
+    key = key_of(doc)
+    layout = Layout(cache)
+    layout.ensure()
+    store = EngineStore(layout)
+    info = {"layers": 3, "profiles": 1, "device_memory_bytes": 1024, "hardware_compatibility_level": "NONE",
+            "driver_version": "580.65.06", "layers_by_precision": {"FP16": 3}, "layer_precisions": {"a": "FP16"}}
+    with store.staging(key) as staging:
+        (staging / "engine.plan").write_bytes(b"plan bytes")
+        digest, size = sha256_file(staging / "engine.plan")
+        assert store.publish(staging, entry_name(doc, key, "m"), {
+            "schema": 1, "key": key, "name": entry_name(doc, key, "m"), "key_document": doc,
+            "engine_file": "engine.plan", "engine_sha256": digest, "engine_bytes": size, "created": 1.7e9,
+            "extra": {"timing_cache": "new", "engine_info": info}})
+    [row] = json.loads(run_trtwarm("ls", "--cache-dir", str(cache), "--json").stdout)
+    assert row["engine_info"]["driver_version"] == "580.65.06" and row["engine_info"]["layers"] == 3
+    assert "layer_precisions" not in row["engine_info"]
+    explain = run_trtwarm("key", *base, "--builder-version", "new", "--explain")
+    assert "(built on driver 580.65.06)" in explain.stdout and "builder.version old → new" in explain.stdout

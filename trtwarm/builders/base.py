@@ -30,7 +30,7 @@ REGISTRY = {
 }
 #: options that only TensorRT-style builders honour; others warn and leave them out of the key.
 TRT_OPTIONS = ("workspace", "opt_level", "hardware_compat", "version_compatible", "plugins", "tf32", "calibration_cache",
-               "strip_weights")
+               "strip_weights", "layer_info")
 
 
 class Builder(ABC):
@@ -100,7 +100,7 @@ class Builder(ABC):
 
     def _warn_ignored(self) -> None:
         s = self.settings
-        given = [o for o in TRT_OPTIONS if getattr(s, o) not in (None, False, (), "none", True)]
+        given = [o for o in TRT_OPTIONS if getattr(s, o) not in (None, False, (), "none", "names", True)]
         if given:
             log.warning("the %s builder ignores %s; they are not part of its key", self.name,
                         ", ".join("--" + o.replace("_", "-") for o in given))

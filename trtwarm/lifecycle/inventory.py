@@ -84,7 +84,15 @@ class EntryInfo:
                 "problem": self.problem, "created": m.get("created_utc"), "created_ts": m.get("created"),
                 "last_used_ts": self.last_used, "pods": [lease.holder for lease in self.leases],
                 "builder": (m.get("key_document") or {}).get("builder"),
-                "device": (m.get("key_document") or {}).get("device"), **self.describe()}
+                "device": (m.get("key_document") or {}).get("device"), "engine_info": self.engine_info,
+                **self.describe()}
+
+    @property
+    def engine_info(self) -> dict[str, Any] | None:
+        """What the builder read back from the engine (``extra.engine_info``), without the per-layer list."""
+        extra = self.manifest.get("extra")
+        info = extra.get("engine_info") if isinstance(extra, dict) else None
+        return {k: v for k, v in info.items() if k != "layer_precisions"} if isinstance(info, dict) else None
 
 
 @dataclass(frozen=True)
