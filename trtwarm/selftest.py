@@ -68,10 +68,13 @@ def infer(engine_path: Path, batch: Any) -> Any:
     import numpy as np
     import tensorrt as trt
 
+    from trtwarm.builders.tensorrt.runtime import deserialize
+
     cudart = _cudart()
     logger = trt.Logger(trt.Logger.WARNING)
-    runtime = trt.Runtime(logger)
-    engine = runtime.deserialize_cuda_engine(engine_path.read_bytes())
+    _runtime, engine = deserialize(trt, logger, engine_path.read_bytes(), (), host_code=False)  # plugins first
+    if engine is None:
+        raise BuildError("TensorRT could not deserialize the selftest engine for the inference")
     context = engine.create_execution_context()
     out = np.empty((batch.shape[0], 4), dtype=np.float32)
     host = {"input": np.ascontiguousarray(batch, dtype=np.float32), "output": out}
@@ -85,7 +88,7 @@ def infer(engine_path: Path, batch: Any) -> Any:
         context.set_input_shape("input", host["input"].shape)
         _check(cudart.cudaMemcpyAsync(device["input"], host["input"].ctypes.data, host["input"].nbytes,
                                       kinds.cudaMemcpyHostToDevice, stream))
-        if not context.execute_async_v3(stream):
+        if not context.execute_async_v3(int(stream)):  # stream_handle is a size_t (pyCore.cpp release/10.16 L113)
             raise BuildError("TensorRT could not run the test inference")
         _check(cudart.cudaMemcpyAsync(out.ctypes.data, device["output"], out.nbytes, kinds.cudaMemcpyDeviceToHost,
                                       stream))
