@@ -378,7 +378,8 @@ def test_inspector_layer_information_is_summarised_per_precision() -> None:
     from trtwarm.builders.tensorrt.runtime import summarize_layers
 
     detailed = json.dumps({"Layers": [
-        {"Name": "conv1", "LayerType": "CaskConvolution", "Outputs": [{"Format/Datatype": "Channel major FP16 format"}]},
+        {"Name": "conv1", "LayerType": "CaskConvolution",
+         "Outputs": [{"Format/Datatype": "Channel major FP16 format"}]},
         {"Name": "fc", "Outputs": [{"DataType": "FP32"}]}, {"Name": "odd", "Outputs": []}]})
     summary = summarize_layers(detailed)
     assert summary["layers_by_precision"] == {"FP16": 1, "FP32": 1}

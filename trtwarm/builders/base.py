@@ -29,8 +29,8 @@ REGISTRY = {
     "command": "trtwarm.builders.command:CommandBuilder",
 }
 #: options that only TensorRT-style builders honour; others warn and leave them out of the key.
-TRT_OPTIONS = ("workspace", "opt_level", "hardware_compat", "version_compatible", "plugins", "tf32", "calibration_cache",
-               "strip_weights", "layer_info")
+TRT_OPTIONS = ("workspace", "opt_level", "hardware_compat", "version_compatible", "plugins", "tf32",
+               "calibration_cache", "strip_weights", "layer_info")
 
 
 class Builder(ABC):

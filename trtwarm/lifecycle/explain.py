@@ -31,8 +31,9 @@ def explain(store: EngineStore, doc: dict[str, Any], key: str, model_name: str) 
     """Return report lines: a hit, or per near entry the key fields that differ (``path old → new``)."""
     if store.find(key) is not None:
         return [f"hit: an entry for key {key[:16]} exists"]
-    near = sorted(((len(d), name, d, built_on(manifest)) for name, other, manifest in _candidates(store, doc, model_name)
-                   for d in [diff(other, doc)]), key=lambda t: (t[0], t[1]))
+    near = sorted(((len(d), name, d, built_on(manifest))
+                   for name, other, manifest in _candidates(store, doc, model_name) for d in [diff(other, doc)]),
+                  key=lambda t: (t[0], t[1]))
     if not near:
         return [f"miss: no entry on the volume has this model ({doc['model']['sha256'][:16]}) or name {model_name!r}"]
     lines = [f"miss: key {key[:16]}; nearest entries first"]

@@ -250,7 +250,8 @@ def build_plan(trt: Any, logger: Any, job: BuildJob) -> bool:
         raise BuildError("TensorRT could not build the engine (build_serialized_network returned None)",
                          log_tail=logger.tail())
     del calibrator  # kept alive through the build: TensorRT holds only a raw pointer to it
-    log.info("TensorRT built the engine in %.1f s (timing cache %s)", time.monotonic() - start, "used" if used else "new")
+    log.info("TensorRT built the engine in %.1f s (timing cache %s)", time.monotonic() - start,
+             "used" if used else "new")
     if job.cache and job.publish:
         job.publish(lambda current: merge_timing_cache(config, current))
     return used

@@ -58,8 +58,8 @@ def check(precision: str, major: int, hardware_compat: str, compute_capability: 
     if major >= 11:
         if calibration:
             raise ConfigError("--calibration-cache needs INT8 calibrators, which TensorRT 11 removed",
-                              hint="quantize the model instead: explicit Q/DQ nodes from NVIDIA ModelOpt "
-                              "(`python -m modelopt.onnx.quantization --quantize_mode int8 ...`), then --precision model")
+                              hint="quantize the model instead: explicit Q/DQ nodes from NVIDIA ModelOpt (`python "
+                              "-m modelopt.onnx.quantization --quantize_mode int8 ...`), then --precision model")
         if precision != "model":
             raise ConfigError(f"--precision {precision} is not available with TensorRT {major}: weak typing and "
                               "precision flags were removed in TensorRT 11", hint=BAKE_HINT)
