@@ -6,6 +6,7 @@ the first call that would need TensorRT), so nothing here pretends to build or l
 from __future__ import annotations
 
 import gc
+import json
 import threading
 import weakref
 from pathlib import Path
@@ -199,3 +200,12 @@ def test_selftest_inference_asks_for_cuda_bindings_instead_of_loading_a_libcudar
     with pytest.raises(ConfigError) as err:
         _cudart()
     assert "cuda-bindings" in err.value.message and "trtwarm[tensorrt]" in (err.value.hint or "")
+
+
+def test_tensorrt_only_options_are_named_and_left_out_of_other_builders_keys(model: Path) -> None:
+    base = ["key", "--builder", "onnxruntime", "--model", str(model), "--cache-dir", str(model.parent / "c"), "--json"]
+    plain = run_trtwarm(*base)
+    given = run_trtwarm(*base, "--strip-weights", "--calibration-cache", "calib.cache", "--layer-info", "detailed")
+    assert plain.returncode == given.returncode == 0, given.stderr
+    assert "ignores --calibration-cache, --strip-weights, --layer-info" in given.stderr
+    assert json.loads(plain.stdout)["key"] == json.loads(given.stdout)["key"]

@@ -8,6 +8,7 @@ so ``--builder command`` never imports onnxruntime and a hit never imports Tenso
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import logging
@@ -100,7 +101,8 @@ class Builder(ABC):
 
     def _warn_ignored(self) -> None:
         s = self.settings
-        given = [o for o in TRT_OPTIONS if getattr(s, o) not in (None, False, (), "none", "names", True)]
+        defaults = {f.name: f.default for f in dataclasses.fields(s)}
+        given = [o for o in TRT_OPTIONS if getattr(s, o) != defaults[o]]
         if given:
             log.warning("the %s builder ignores %s; they are not part of its key", self.name,
                         ", ".join("--" + o.replace("_", "-") for o in given))
