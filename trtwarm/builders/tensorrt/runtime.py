@@ -23,7 +23,7 @@ from trtwarm.errors import EntryInvalid
 
 log = logging.getLogger("trtwarm.build")
 #: per TensorRT module: (module, logger) kept for the life of the process. ``init_libnvinfer_plugins`` stores the
-#: logger pointer globally (``plugin/api/inferPlugin.cpp`` release/10.16: ``nvinfer1::plugin::gLogger = logger``), so
+#: logger pointer globally (``plugin/api/inferPlugin.cpp`` release/10.16 L109: ``gLogger = logger``), so
 #: a logger collected afterwards would be a dangling pointer inside every plugin's log calls.
 _READY: dict[int, tuple[Any, Any]] = {}
 _LIBRARIES: dict[str, ctypes.CDLL] = {}
