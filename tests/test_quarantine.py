@@ -113,6 +113,8 @@ def test_load_verification_rejects_an_engine_that_does_not_load(model: Path, cac
     engine.write_bytes(b"not a model at all")
     doc = json.loads((entry / "manifest.json").read_text())
     doc.update(engine_sha256=hashlib.sha256(engine.read_bytes()).hexdigest(), engine_bytes=engine.stat().st_size)
+    [listed] = [f for f in doc["files"] if f["role"] == "engine"]  # manifest schema 2 lists it again
+    listed.update(sha256=doc["engine_sha256"], bytes=doc["engine_bytes"])
     (entry / "manifest.json").write_text(json.dumps(doc))
     digest_only = run_trtwarm(*ort_init_args(model, cache, tmp_path / "h2"))
     assert digest_only.summary["result"] == "hit"  # the digest check alone cannot know

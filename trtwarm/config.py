@@ -108,18 +108,20 @@ def parse_key_extra(pair: str) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class Identity:
-    """Who is running: from the downward API (``POD_NAME``, ``POD_NAMESPACE``, ``NODE_NAME``), else the host."""
+    """Who is running: from the downward API (``POD_NAME``, ``POD_NAMESPACE``, ``NODE_NAME``), else the host; and
+    the CI job that runs it (``TRTWARM_CI_JOB``, e.g. a pipeline URL), recorded in manifests and signatures."""
 
     pod: str | None
     namespace: str | None
     node: str | None
     hostname: str
+    ci_job: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Identity:
         """Read the identity from *environ*."""
         return cls(environ.get("POD_NAME") or None, environ.get("POD_NAMESPACE") or None,
-                   environ.get("NODE_NAME") or None, os.uname().nodename)
+                   environ.get("NODE_NAME") or None, os.uname().nodename, environ.get("TRTWARM_CI_JOB") or None)
 
     def describe(self) -> str:
         """Return ``pod X on node Y`` (or the hostname when not in a Pod)."""
@@ -165,6 +167,9 @@ class Settings:
     triton_repo: Path | None = None
     triton_model: str | None = None
     termination_log: Path = Path("/dev/termination-log")
+    trust_policy: Path | None = None  # --trust-policy: which keys are trusted for which entries (trtwarm.trust)
+    trust_mode: str | None = None  # --trust-mode: enforce|warn|off, overriding the policy file's mode
+    signing_key: Path | None = None  # --signing-key: sign what this Pod publishes
     identity: Identity = field(default_factory=lambda: Identity(None, None, None, os.uname().nodename))
     environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
@@ -203,8 +208,15 @@ class Settings:
             read_only=ns.read_only, verify=ns.verify, log_format=ns.log_format,
             triton_repo=Path(triton_repo).absolute() if triton_repo else None, triton_model=triton_model,
             termination_log=Path(environ.get("TRTWARM_TERMINATION_LOG", "/dev/termination-log")),
+            trust_policy=_path_or_none(getattr(ns, "trust_policy", None)),
+            trust_mode=getattr(ns, "trust_mode", None) or None,
+            signing_key=_path_or_none(getattr(ns, "signing_key", None)),
             identity=Identity.from_env(environ), environ=dict(environ),
         )
+
+
+def _path_or_none(value: str | None) -> Path | None:
+    return Path(value).absolute() if value else None
 
 
 def env_name(flag: str) -> str:

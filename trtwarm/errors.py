@@ -41,6 +41,11 @@ class VolumeError(TrtwarmError):
     """The cache volume is unusable: not a directory, not writable when a build is needed, full, or incompatible."""
 
 
+class TrustError(TrtwarmError):
+    """Under a trust policy in ``enforce`` mode, the entry is unsigned or not signed by a key trusted for it, and this
+    Pod cannot replace it (``--read-only``, or no signing key). A bad key or policy file is a :class:`ConfigError`."""
+
+
 class EntryInvalid(Exception):
     """A cache entry failed verification; internal, it never reaches the user (the entry is quarantined)."""
 
@@ -56,6 +61,8 @@ _EXITS: dict[type[TrtwarmError], tuple[int, str]] = {
     BuildError: (4, "the builder's own output is in the log above; fix the model or the builder options"),
     LockTimeoutError: (5, "another Pod is still building this engine; raise --lock-timeout or wait for it"),
     VolumeError: (6, "check the cache volume: mounted, a directory, writable by this user, with free space"),
+    TrustError: (7, "the entry is not signed by a key the trust policy trusts for it: let a builder with the "
+                 "signing key rebuild it, or sign it (`trtwarm sign`), or check --trust-policy"),
 }
 
 EXIT_OK = 0
@@ -94,6 +101,7 @@ __all__ = [
     "LockTimeoutError",
     "ModelError",
     "TrtwarmError",
+    "TrustError",
     "VolumeError",
     "exit_code_for",
     "exit_table",

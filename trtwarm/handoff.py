@@ -41,6 +41,7 @@ class WarmReport:
     lock_mode: str = ""
     trtwarm_version: str = __version__
     extra: dict[str, Any] = field(default_factory=dict)
+    files: dict[str, int] = field(default_factory=dict)  # every file of the entry (absolute path → bytes)
 
     def summary(self) -> dict[str, Any]:
         """A compact one-line form for stdout and the termination message."""

@@ -29,11 +29,13 @@ from trtwarm.builders.base import Builder, get_builder
 from trtwarm.config import Settings
 from trtwarm.errors import BuildError, EntryInvalid, LockTimeoutError, VolumeError
 from trtwarm.events import EventRecorder
-from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS, sha256_file
+from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS
 from trtwarm.handoff import WarmReport
 from trtwarm.key import entry_name, key_document, key_of, model_fields
 from trtwarm.model import ModelFacts, check_model_path
+from trtwarm.trust.policy import Gate
 from trtwarm.volume import leases
+from trtwarm.volume.files import SCHEMA, list_built
 from trtwarm.volume.layout import Layout, volume_error
 from trtwarm.volume.lock import PROGRESS_SECONDS, BuildLock, describe_owner
 from trtwarm.volume.statcache import inspect_model
@@ -55,6 +57,7 @@ class Plan:
     name: str
     seconds: dict[str, float] = field(default_factory=dict)
     events: EventRecorder | None = None
+    gate: Gate = field(default_factory=Gate)  # the trust policy: checks before any load, signs what is published
 
     @property
     def store(self) -> EngineStore:
@@ -91,11 +94,14 @@ def resolve(settings: Settings) -> Plan:
     doc = key_document(model_fields(facts), identity, builder.device(), builder.build_fields(facts))
     key = key_of(doc)
     name = entry_name(doc, key, settings.name or settings.model.stem)
-    return Plan(settings, layout, builder, facts, doc, key, name, {"key": time.monotonic() - start})
+    gate = Gate.create(settings.trust_policy, settings.trust_mode, settings.signing_key, settings.read_only)
+    gate.require_signer_trusted(name, key)
+    return Plan(settings, layout, builder, facts, doc, key, name, {"key": time.monotonic() - start}, gate=gate)
 
 
 def _load_check(plan: Plan) -> Callable[[Entry], None]:
     def check(entry: Entry) -> None:
+        plan.gate.check(entry)  # the signature, before the builder reads a byte of the engine
         plan.builder.precheck(entry.engine)  # e.g. the plan header's TensorRT version, before TensorRT is loaded
         if plan.settings.verify == "load":
             plan.builder.load(entry.engine, plan.facts)
@@ -130,17 +136,20 @@ def ticker(message: str, *args: object, every: float = PROGRESS_SECONDS,
         thread.join(timeout=1)
 
 
-def _manifest(plan: Plan, engine_file: str, digest: str, size: int, build_seconds: float) -> dict[str, Any]:
-    ident = plan.settings.identity
-    return {"schema": 1, "key": plan.key, "key_document": plan.doc, "name": plan.name, "engine_file": engine_file,
-            "engine_sha256": digest, "engine_bytes": size, "created": time.time(),
+def _manifest(plan: Plan, files: list[dict[str, Any]], build_seconds: float) -> dict[str, Any]:
+    """Manifest schema 2: every file of the entry; the engine's fields repeated for schema-1 readers."""
+    ident, engine = plan.settings.identity, next(f for f in files if f["role"] == "engine")
+    return {"schema": SCHEMA, "key": plan.key, "key_document": plan.doc, "name": plan.name, "files": files,
+            "engine_file": engine["path"], "engine_sha256": engine["sha256"], "engine_bytes": engine["bytes"],
+            "created": time.time(),
             "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "build_seconds": round(build_seconds, 3), "trtwarm_version": __version__,
             "built_by": {"pod": ident.pod, "namespace": ident.namespace, "node": ident.node,
-                         "hostname": ident.hostname, "pid": os.getpid()}}
+                         "hostname": ident.hostname, "pid": os.getpid(), "ci_job": ident.ci_job}}
 
 
-def _build_into(plan: Plan, staging: Any) -> dict[str, Any]:
+def _build_into(plan: Plan, staging: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Build, load-check, list and hash every file: return the manifest and its signature (None: no key)."""
     start = time.monotonic()
     with ticker("building %s", plan.label, every=plan.settings.progress_interval, detail=plan.builder.progress):
         engine = plan.builder.build(plan.settings.model, plan.facts, staging)
@@ -151,12 +160,15 @@ def _build_into(plan: Plan, staging: Any) -> dict[str, Any]:
     except EntryInvalid as exc:
         raise BuildError(f"the freshly built engine {exc.reason}", hint="the builder produced an engine this node "
                          "cannot load; check the builder and runtime versions") from exc
-    digest, size = sha256_file(engine)
-    manifest = _manifest(plan, engine.name, digest, size, plan.seconds["build"])
+    try:
+        files = list_built(staging, engine.relative_to(staging).as_posix())
+    except EntryInvalid as exc:
+        raise BuildError(exc.reason, hint="a builder must write regular files into its output directory") from exc
+    manifest = _manifest(plan, files, plan.seconds["build"])
     extra = plan.builder.report()  # what the builder learned (e.g. TensorRT's engine_info), as in engine.json
     if extra:
         manifest["extra"] = extra
-    return manifest
+    return manifest, plan.gate.sign(manifest, files)
 
 
 def build_and_publish(plan: Plan) -> Entry:
@@ -168,7 +180,7 @@ def build_and_publish(plan: Plan) -> Entry:
     for path in store.clean_staging(plan.key):
         log.info("removed stale staging directory %s left by a dead builder", path.name)
     with store.staging(plan.key) as staging:
-        won = store.publish(staging, plan.name, _build_into(plan, staging))
+        won = store.publish(staging, plan.name, *_build_into(plan, staging))
     entry = store.lookup(plan.key, plan.name)
     if entry is None:
         raise BuildError(f"the published entry {plan.name} did not verify", hint="see the quarantine warning above")
@@ -237,7 +249,10 @@ def _wait_read_only(plan: Plan) -> Entry:
 
 
 def _build_or_wait(plan: Plan) -> tuple[Entry | None, str]:
-    if plan.settings.read_only:
+    if plan.settings.read_only or plan.gate.consumer_only:
+        if not plan.settings.read_only:
+            log.info("trust policy enforce and no --signing-key: this Pod only uses signed entries; waiting for a "
+                     "signing builder like --read-only")
         return _wait_read_only(plan), "waited"
     try:
         return _single_flight(plan)
@@ -285,6 +300,7 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
                         device=plan.doc["device"], builder=plan.doc["builder"], model_sha256=plan.facts.onnx.sha256,
                         precision=str(plan.doc["build"].get("precision", "")), verify=settings.verify,
                         engine_bytes=int(entry.manifest["engine_bytes"]), lock_mode=settings.lock_mode,
+                        files={str(entry.path / f["path"]): f["bytes"] for f in entry.files},
                         extra=plan.builder.report() if result == "built" else {})
     try:
         handoff.write(settings.handoff_dir, report)

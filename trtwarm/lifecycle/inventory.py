@@ -20,12 +20,13 @@ from trtwarm.device import short_name
 from trtwarm.errors import EntryInvalid
 from trtwarm.fsutil import read_json_object
 from trtwarm.volume import leases as leaselib
+from trtwarm.volume.files import scan_files
 from trtwarm.volume.layout import Layout
 from trtwarm.volume.store import (
     MANIFEST_LIMIT,
     STALE_STAGING_SECONDS,
     Entry,
-    check_engine_stat,
+    check_entry_stats,
     read_manifest,
     staging_stale,
 )
@@ -185,7 +186,8 @@ def _read(info: EntryInfo, files: dict[str, os.stat_result]) -> None:
     """Read the manifest and run the cheap checks (no hashing)."""
     try:
         info.manifest = read_manifest(info.path)
-        check_engine_stat(Entry(info.path, info.manifest), files.get(info.manifest["engine_file"]))
+        flat = not any(stat.S_ISDIR(st.st_mode) for st in files.values())
+        check_entry_stats(Entry(info.path, info.manifest), files if flat else scan_files(info.path))
     except EntryInvalid as exc:
         info.status, info.problem = "damaged", exc.reason
         # keep what the manifest says, when it can be read, for the listing

@@ -43,12 +43,16 @@ def engine_ready(report: dict[str, Any] | None) -> tuple[bool, str]:
         return False, "no engine.json yet (trtwarm init has not finished)"
     if report.get("ready") is not True:
         return False, f"trtwarm init failed: {report.get('error', 'unknown error')}"
-    try:
-        size = os.stat(str(report.get("path"))).st_size
-    except OSError as exc:
-        return False, f"engine {report.get('path')} is gone ({exc.strerror})"
-    if size != report.get("engine_bytes"):
-        return False, f"engine {report.get('path')} is {size} bytes, engine.json says {report.get('engine_bytes')}"
+    files = report.get("files")
+    expected = files if isinstance(files, dict) and files else {str(report.get("path")): report.get("engine_bytes")}
+    for path, recorded in expected.items():  # every file of the entry (an older engine.json lists none: the engine)
+        what = "engine" if path == report.get("path") else "entry file"
+        try:
+            size = os.stat(path).st_size
+        except OSError as exc:
+            return False, f"{what} {path} is gone ({exc.strerror})"
+        if size != recorded:
+            return False, f"{what} {path} is {size} bytes, engine.json says {recorded}"
     return True, f"ready: {report.get('name')}"
 
 

@@ -5,9 +5,9 @@ Publish protocol (the guarantee; the lock only avoids duplicate work): build in 
 it into ``entries/`` once, fsync ``entries/``. A reader sees a complete entry or none. If the rename finds the
 target taken, another builder won the race: our copy is discarded and theirs is used.
 
-Lookup verifies before it hands anything over: manifest readable, bounded and for this key; the engine a
-regular file (not a symlink) of the recorded size and SHA-256. A failing entry is renamed into ``.quarantine/``
-and reported as a miss, so the caller rebuilds.
+Lookup verifies before it hands anything over: manifest readable, bounded and for this key; every file it lists
+(see :mod:`trtwarm.volume.files`) a regular file (not a symlink) of the recorded size and SHA-256, and no file it
+does not list. A failing entry is renamed into ``.quarantine/`` and reported as a miss, so the caller rebuilds.
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ from trtwarm.fsutil import (
     sha256_file,
 )
 from trtwarm.key import sanitize
+from trtwarm.volume.files import MANIFEST, SIGNATURE, check_digests, check_stats, listed_files, scan_files
 from trtwarm.volume.layout import Layout
 
 log = logging.getLogger("trtwarm.store")
-MANIFEST = "manifest.json"
 MANIFEST_LIMIT = 1 << 20
 STALE_STAGING_SECONDS = 24 * 3600.0
 _LOST_RACE = frozenset({errno.ENOTEMPTY, errno.EEXIST})
@@ -68,6 +68,17 @@ class Entry:
         """The engine file."""
         return self.path / str(self.manifest["engine_file"])
 
+    @property
+    def files(self) -> list[dict[str, Any]]:
+        """The listed files (``path``, ``role``, ``bytes``, ``sha256``); a schema-1 entry's engine alone."""
+        return listed_files(self.manifest)
+
+    @property
+    def schema(self) -> int:
+        """The manifest's schema (1: engine only; 2: every file)."""
+        schema = self.manifest.get("schema", 1)
+        return schema if isinstance(schema, int) else 1
+
 
 def read_manifest(path: Path) -> dict[str, Any]:
     """Read and shape-check ``<entry>/manifest.json``. :raises EntryInvalid: missing, huge, garbage, incomplete."""
@@ -89,22 +100,28 @@ def read_manifest(path: Path) -> dict[str, Any]:
         raise EntryInvalid("manifest.json lacks key, engine_file, engine_sha256 or engine_bytes")
     if os.path.basename(engine_file) != engine_file or engine_file in ("", ".", ".."):
         raise EntryInvalid(f"manifest.json names an engine outside the entry: {engine_file!r}")
+    if not isinstance(doc.get("schema", 1), int) or doc.get("schema", 1) > 2:
+        raise EntryInvalid(f"manifest.json has schema {doc.get('schema')!r}, newer than this trtwarm reads (2)")
+    listed_files(doc)
     return doc
 
 
 def check_entry(path: Path, key: str | None, *, digest: bool = True) -> Entry:
-    """Verify the entry at *path* (for *key*, when given). :raises EntryInvalid: with the reason."""
+    """Verify the entry at *path* (for *key*, when given): every listed file's size (and, with *digest*, SHA-256),
+    and no unlisted file. :raises EntryInvalid: with the reason."""
     entry = Entry(path, read_manifest(path))
     if key is not None and entry.key != key:
         raise EntryInvalid(f"manifest.json is for another key ({entry.key[:16]})")
-    try:
-        st = os.lstat(entry.engine)
-    except FileNotFoundError:
-        raise EntryInvalid("engine file is missing") from None
-    check_engine_stat(entry, st)
-    if digest and sha256_file(entry.engine)[0] != entry.manifest["engine_sha256"]:
-        raise EntryInvalid("engine SHA-256 does not match the manifest (corrupt)")
+    check_entry_stats(entry, scan_files(path))
+    if digest:
+        check_digests(path, entry.files)
     return entry
+
+
+def check_entry_stats(entry: Entry, found: dict[str, os.stat_result]) -> None:
+    """The cheap checks of :func:`check_entry` on the entry's files as :func:`~trtwarm.volume.files.scan_files`
+    found them (no hashing). :raises EntryInvalid:"""
+    check_stats(entry.files, found, entry.schema)
 
 
 def check_engine_stat(entry: Entry, st: os.stat_result | None) -> None:
@@ -188,15 +205,19 @@ class EngineStore:
         finally:
             _rmtree(path)
 
-    def publish(self, staging: Path, name: str, manifest: dict[str, Any]) -> bool:
-        """Seal *staging* with *manifest* and rename it to ``entries/<name>``.
+    def publish(self, staging: Path, name: str, manifest: dict[str, Any],
+                signature: dict[str, Any] | None = None) -> bool:
+        """Seal *staging* with *manifest* (and *signature*, a DSSE envelope, as ``manifest.sig.json``) and rename it
+        to ``entries/<name>``.
 
         :return: True if ours is now the entry, False if another builder published first (ours is discarded)
         """
         mode = self.layout.file_mode()
-        for item in staging.iterdir():
-            os.chmod(item, mode)
-            fsync_file(item)
+        for rel in scan_files(staging):
+            os.chmod(staging / rel, mode)
+            fsync_file(staging / rel)
+        if signature is not None:
+            atomic_write_json(staging / SIGNATURE, signature, mode)
         atomic_write_json(staging / MANIFEST, manifest, mode)
         os.chmod(staging, self.layout.dir_mode())
         fsync_dir(staging)
@@ -271,5 +292,5 @@ def _listdir(path: Path) -> list[Path]:
         return []
 
 
-__all__ = ["MANIFEST", "MANIFEST_LIMIT", "STALE_STAGING_SECONDS", "EngineStore", "Entry", "check_engine_stat",
-           "check_entry", "read_manifest", "staging_stale"]
+__all__ = ["MANIFEST", "MANIFEST_LIMIT", "SIGNATURE", "STALE_STAGING_SECONDS", "EngineStore", "Entry",
+           "check_engine_stat", "check_entry", "check_entry_stats", "read_manifest", "staging_stale"]
