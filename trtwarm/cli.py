@@ -20,6 +20,7 @@ from trtwarm.errors import BuildError, TrtwarmError, exit_code_for, exit_table, 
 
 log = logging.getLogger("trtwarm")
 LIFECYCLE = ("ls", "stats", "verify", "gc", "rm")
+SIGNING = ("keys", "sign")
 
 
 def _exit_codes_epilog() -> str:
@@ -85,6 +86,10 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         from trtwarm.lifecycle.commands import add_parsers
 
         add_parsers(sub, str(DEFAULT_CACHE_DIR))
+    if only is None or only in SIGNING:
+        from trtwarm.lifecycle.signing import add_parsers as add_signing
+
+        add_signing(sub, str(DEFAULT_CACHE_DIR))
     selftest = sub.add_parser("selftest", help="on a GPU node: identity, versions, build, load and run a tiny engine")
     selftest.add_argument("--workdir", help="keep the model, cache and engines here (default: a temporary directory)")
     selftest.set_defaults(func=cmd_selftest)
@@ -107,6 +112,15 @@ def _init_only_flags(init: argparse.ArgumentParser) -> None:
     init.add_argument("--verify", default="digest", choices=["digest", "load"], help="check on a hit (%(default)s)")
     init.add_argument("--triton-repo", help="also lay out a Triton model repository here")
     init.add_argument("--triton-model", help="the model's name in --triton-repo")
+    add_trust_flags(init)
+    init.add_argument("--signing-key", help="sign what this Pod publishes with this private key PEM")
+
+
+def add_trust_flags(p: argparse.ArgumentParser) -> None:
+    """``--trust-policy`` and ``--trust-mode`` (``init`` and ``verify``)."""
+    p.add_argument("--trust-policy", help="JSON file: trusted signing keys and their scopes (see README, Trust)")
+    p.add_argument("--trust-mode", choices=["enforce", "warn", "off"],
+                   help="override the policy's mode (default: the policy's, else off)")
 
 
 def _apply_env(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
@@ -220,4 +234,4 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return 1
 
 
-__all__ = ["add_init_flags", "main"]
+__all__ = ["add_init_flags", "add_trust_flags", "main"]

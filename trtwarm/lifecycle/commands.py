@@ -109,10 +109,15 @@ def cmd_verify(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     from trtwarm.lifecycle.verify import fix, inspect
     from trtwarm.volume.store import EngineStore
 
+    gate = None
+    if ns.trust_policy or ns.trust_mode:
+        from trtwarm.trust.policy import Gate
+
+        gate = Gate.create(Path(ns.trust_policy) if ns.trust_policy else None, ns.trust_mode)
     inv = _inventory(ns, manifests=True)
-    checked, problems = inspect(inv)
+    checked, problems = inspect(inv, gate)
     fixed = fix(EngineStore(inv.layout), problems) if ns.fix and not ns.dry_run else []
-    remaining = [p for p in problems if p not in fixed]
+    remaining = [p for p in problems if p not in fixed and p.fix != "warn"]
     if ns.json:
         _print_json({"checked": checked, "problems": [p.as_json() for p in problems],
                      "fixed": [p.as_json() for p in fixed], "remaining": len(remaining)})
@@ -120,7 +125,8 @@ def cmd_verify(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
         if problems:
             print(render(["KIND", "FIX", "PATH", "DETAIL"], [[p.kind, "fixed" if p in fixed else p.fix,
                                                               p.path.name, p.detail] for p in problems]))
-        print(f"{checked} entries checked; {len(problems)} problems; {len(fixed)} fixed"
+        trust = f" (signatures checked, trust mode {gate.mode})" if gate is not None and gate.mode != "off" else ""
+        print(f"{checked} entries checked{trust}; {len(problems)} problems; {len(fixed)} fixed"
               + ("" if ns.fix or not problems else " (run with --fix to repair)"))
     return 1 if remaining else 0
 
@@ -199,6 +205,8 @@ def add_parsers(sub: Any, cache_default: str) -> None:
     verify = parser("verify", cmd_verify, "re-hash every entry; find corrupt, truncated and orphaned files")
     verify.add_argument("--fix", action="store_true", help="quarantine bad entries, remove stale staging")
     verify.add_argument("--dry-run", action="store_true", help="with --fix: only say what would be fixed")
+    verify.add_argument("--trust-policy", help="also check each entry's signature against this policy (JSON)")
+    verify.add_argument("--trust-mode", choices=["enforce", "warn", "off"], help="override the policy's mode")
     gc = parser("gc", cmd_gc, "remove entries by age, byte budget and count per model (plan first)")
     gc.add_argument("--max-age", help="remove entries unused for longer, e.g. 30d")
     gc.add_argument("--max-bytes", help="then remove least recently used entries until under this, e.g. 100G")

@@ -2,6 +2,8 @@
 
 Inspect, then plan, then execute: :func:`inspect` only reads (and hashes); :func:`fix` quarantines bad entries
 (kept for inspection, never deleted here), removes staging directories of dead builders and stale owner records.
+Under a trust policy each entry whose files verify also has its signature checked: under ``enforce`` an entry no
+trusted key signed is a problem (``untrusted``, quarantined by ``--fix``); under ``warn`` it is reported only.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ from typing import Any
 
 from trtwarm.errors import EntryInvalid
 from trtwarm.lifecycle.inventory import Inventory
+from trtwarm.trust.policy import Gate
 from trtwarm.volume.store import EngineStore, check_entry
 
 #: fault kinds, from the verification reason
-KINDS = ("corrupt", "truncated", "orphaned", "bad-manifest", "damaged", "stale-staging", "stale-owner")
+KINDS = ("corrupt", "truncated", "orphaned", "bad-manifest", "damaged", "untrusted", "stale-staging", "stale-owner")
 
 
 @dataclass(frozen=True)
@@ -46,14 +49,23 @@ def classify(reason: str) -> str:
     return "damaged"
 
 
-def inspect(inv: Inventory) -> tuple[int, list[Problem]]:
-    """Hash every entry and collect the faults. :return: ``(entries checked, problems)``"""
+def inspect(inv: Inventory, gate: Gate | None = None) -> tuple[int, list[Problem]]:
+    """Hash every entry (and, under *gate*'s policy, check its signature) and collect the faults.
+
+    :return: ``(entries checked, problems)``; a problem whose fix is ``warn`` (warn mode) is reported, not counted
+    """
     problems = []
     for info in inv.entries:
         try:
-            check_entry(info.path, None, digest=True)
+            entry = check_entry(info.path, None, digest=True)
         except EntryInvalid as exc:
             problems.append(Problem(classify(exc.reason), info.path, exc.reason, "quarantine"))
+            continue
+        if gate is not None and gate.mode != "off":
+            trusted, detail = gate.status(entry)
+            if not trusted:
+                problems.append(Problem("untrusted", info.path, detail, "quarantine" if gate.mode == "enforce"
+                                        else "warn"))
     problems += [Problem("stale-staging", path, "a build directory left by a builder that is gone", "remove")
                  for path, stale in inv.staging if stale]
     problems += [Problem("stale-owner", o.path, f"build lock owner record without a heartbeat for "
@@ -65,6 +77,8 @@ def fix(store: EngineStore, problems: list[Problem]) -> list[Problem]:
     """Repair what can be repaired; return the problems that were fixed."""
     fixed = []
     for problem in problems:
+        if problem.fix == "warn":
+            continue
         if problem.fix == "quarantine":
             if store.quarantine(problem.path, problem.kind) is None and problem.path.exists():
                 continue
