@@ -1,0 +1,224 @@
+"""Signed manifests and the trust policy, with real keys, real processes and a third-party DSSE verifier."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import cmd_init_args, entries, run_trtwarm
+
+from trtwarm.demo import make_model
+
+
+def keypair(tmp_path: Path, name: str) -> tuple[Path, Path]:
+    """``trtwarm keys generate --out tmp/NAME``: (private, public)."""
+    done = run_trtwarm("keys", "generate", "--out", str(tmp_path / name), "--json")
+    assert done.returncode == 0, done.stderr
+    return tmp_path / f"{name}.key", tmp_path / f"{name}.pub"
+
+
+def policy(tmp_path: Path, mode: str, *pubs: Path, models: list[str] | None = None) -> Path:
+    """A policy file trusting *pubs* (by file, relative to the policy) for *models* (all when None)."""
+    keys = [{"name": p.stem, "public_key_file": p.name, **({"models": models} if models else {})} for p in pubs]
+    path = tmp_path / f"policy-{mode}-{'-'.join(p.stem for p in pubs)}.json"
+    path.write_text(json.dumps({"mode": mode, "keys": keys}))
+    return path
+
+
+def sig(entry: Path) -> dict:
+    return json.loads((entry / "manifest.sig.json").read_text())
+
+
+def test_keys_generate_is_private_and_never_overwrites(tmp_path: Path) -> None:
+    private, public = keypair(tmp_path, "ci")
+    assert os.stat(private).st_mode & 0o777 == 0o600 and b"PUBLIC KEY" in public.read_bytes()
+    before = private.read_bytes()
+    again = run_trtwarm("keys", "generate", "--out", str(tmp_path / "ci"))
+    assert again.returncode == 2 and "refusing to overwrite" in again.stderr and "hint:" in again.stderr
+    assert "Traceback" not in again.stderr and private.read_bytes() == before
+
+
+def test_a_signed_entry_verifies_with_third_party_tools(model: Path, cache: Path, tmp_path: Path) -> None:
+    """securesystemslib (the DSSE reference implementation) and openssl verify what trtwarm signed."""
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+    from securesystemslib.dsse import Envelope
+    from securesystemslib.signer import SSlibKey
+
+    private, public = keypair(tmp_path, "ci")
+    built = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h", "--signing-key", str(private)),
+                        env={"TRTWARM_CI_JOB": "https://ci.example/job/42", "POD_NAME": "prebuild-x"})
+    assert built.returncode == 0, built.stderr
+    [entry] = entries(cache)
+    der = subprocess.run(["openssl", "pkey", "-pubin", "-in", str(public), "-outform", "DER"], capture_output=True,
+                         check=True).stdout
+    keyid = hashlib.sha256(der).hexdigest()  # the key id as the README says to compute it
+    envelope = Envelope.from_dict(sig(entry))
+    assert set(envelope.verify([SSlibKey.from_crypto(load_pem_public_key(public.read_bytes()), keyid)], 1)) == {keyid}
+    statement = json.loads(envelope.payload)
+    manifest = json.loads((entry / "manifest.json").read_text())
+    assert statement["_type"] == "https://in-toto.io/Statement/v1"
+    assert statement["subject"] == [{"name": f["path"], "digest": {"sha256": f["sha256"]}} for f in manifest["files"]]
+    assert statement["predicate"]["key_document"] == manifest["key_document"]
+    assert statement["predicate"]["built_by"] == {"pod": "prebuild-x", "namespace": None, "node": None,
+                                                  "ci_job": "https://ci.example/job/42"}
+    assert str(tmp_path) not in envelope.payload.decode()  # nothing host-path-specific is signed
+    for item in statement["subject"]:  # and the digests are the files'
+        assert hashlib.sha256((entry / item["name"]).read_bytes()).hexdigest() == item["digest"]["sha256"]
+    # openssl, on the DSSE pre-authentication encoding built as the DSSE spec defines it
+    kind = b"application/vnd.in-toto+json"
+    (tmp_path / "pae.bin").write_bytes(b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(envelope.payload),
+                                                                   envelope.payload))
+    (tmp_path / "sig.der").write_bytes(base64.b64decode(sig(entry)["signatures"][0]["sig"]))
+    checked = subprocess.run(["openssl", "dgst", "-sha256", "-verify", str(public), "-signature",
+                              str(tmp_path / "sig.der"), str(tmp_path / "pae.bin")], capture_output=True, text=True)
+    assert checked.returncode == 0 and "Verified OK" in checked.stdout
+
+
+def _tamper(entry: Path, payload: bytes) -> None:
+    """Replace the engine and rewrite the manifest to match it: what anyone who can write the volume can do."""
+    doc = json.loads((entry / "manifest.json").read_text())
+    engine = entry / doc["engine_file"]
+    engine.write_bytes(payload)
+    digest = hashlib.sha256(payload).hexdigest()
+    doc.update(engine_sha256=digest, engine_bytes=len(payload))
+    for item in doc["files"]:
+        if item["role"] == "engine":
+            item.update(sha256=digest, bytes=len(payload))
+    (entry / "manifest.json").write_text(json.dumps(doc))
+
+
+def test_a_rewritten_manifest_is_refused_under_enforce(model: Path, cache: Path, tmp_path: Path) -> None:
+    private, public = keypair(tmp_path, "ci")
+    enforce = policy(tmp_path, "enforce", public)
+    assert run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h1", "--signing-key", str(private))).returncode == 0
+    [entry] = entries(cache)
+    assert run_trtwarm("verify", "--cache-dir", str(cache), "--trust-policy", str(enforce)).returncode == 0
+    _tamper(entry, b"not an engine: code someone wants the GPU server to run")
+    assert run_trtwarm("verify", "--cache-dir", str(cache)).returncode == 0  # digests alone cannot tell
+    consumer = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h2", "--read-only", "--verify", "load",
+                                          "--trust-policy", str(enforce)))
+    assert consumer.returncode == 7, consumer.stderr
+    assert "signature does not verify" in consumer.stderr and "hint:" in consumer.stderr
+    assert json.loads((tmp_path / "h2" / "engine.json").read_text())["ready"] is False
+    assert entries(cache) == [entry]  # a consumer leaves it for a builder: nothing moved or lost
+    builder = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h3", "--trust-policy", str(enforce),
+                                         "--signing-key", str(private)))
+    assert builder.returncode == 0 and builder.summary["result"] == "built", builder.stderr
+    assert "quarantin" in builder.stderr
+    [rebuilt] = entries(cache)
+    assert b"someone" not in (rebuilt / json.loads((rebuilt / "manifest.json").read_text())["engine_file"]).read_bytes()
+    again = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h4", "--read-only", "--trust-policy", str(enforce)))
+    assert again.returncode == 0 and again.summary["result"] == "hit", again.stderr
+
+
+def test_a_signature_from_an_untrusted_key_is_refused(model: Path, cache: Path, tmp_path: Path) -> None:
+    _trusted_private, trusted = keypair(tmp_path, "ci")
+    stranger, _stranger_public = keypair(tmp_path, "stranger")
+    assert run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h1", "--signing-key", str(stranger))).returncode == 0
+    refused = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h2", "--read-only", "--trust-policy",
+                                         str(policy(tmp_path, "enforce", trusted))))
+    assert refused.returncode == 7 and "not signed by a trusted key" in refused.stderr, refused.stderr
+    building = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h3", "--signing-key", str(stranger),
+                                          "--trust-policy", str(policy(tmp_path, "enforce", trusted))))
+    assert building.returncode == 2 and "is not trusted for" in building.stderr  # it would sign what no one trusts
+
+
+def test_key_scope_limits_a_key_to_its_models(model: Path, cache: Path, tmp_path: Path) -> None:
+    private, public = keypair(tmp_path, "ci")
+    assert run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h1", "--signing-key", str(private))).returncode == 0
+    scoped = policy(tmp_path, "enforce", public, models=["resnet*"])  # this model is "mlp"
+    refused = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h2", "--read-only", "--trust-policy", str(scoped)))
+    assert refused.returncode == 7, refused.stderr
+    ours = policy(tmp_path, "enforce", public, models=["mlp*"])
+    assert run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h3", "--read-only", "--trust-policy",
+                                      str(ours))).summary["result"] == "hit"
+
+
+def test_rotation_with_two_keys(tmp_path: Path, cache: Path) -> None:
+    old_private, old = keypair(tmp_path, "old")
+    new_private, new = keypair(tmp_path, "new")
+    first, second = make_model(tmp_path / "m" / "first.onnx"), make_model(tmp_path / "m" / "second.onnx", seed=1)
+    assert run_trtwarm(*cmd_init_args(first, cache, tmp_path / "h1", "--signing-key", str(old_private))).returncode == 0
+    assert run_trtwarm(*cmd_init_args(second, cache, tmp_path / "h2", "--signing-key",
+                                      str(new_private))).returncode == 0
+    both = policy(tmp_path, "enforce", old, new)
+    for model, handoff in ((first, "h3"), (second, "h4")):  # during rotation both keys are trusted
+        hit = run_trtwarm(*cmd_init_args(model, cache, tmp_path / handoff, "--read-only", "--trust-policy", str(both)))
+        assert hit.returncode == 0 and hit.summary["result"] == "hit", hit.stderr
+    [old_entry] = [e for e in entries(cache) if e.name.startswith("first")]
+    dry = run_trtwarm("sign", old_entry.name, "--key", str(new_private), "--cache-dir", str(cache), "--dry-run")
+    assert dry.returncode == 0 and "would sign" in dry.stdout and len(sig(old_entry)["signatures"]) == 1
+    key = json.loads((old_entry / "manifest.json").read_text())["key"]
+    signed = run_trtwarm("sign", key[:12], "--key", str(new_private), "--cache-dir", str(cache), "--json")
+    assert signed.returncode == 0, signed.stderr
+    assert json.loads(signed.stdout)["entries"][0]["result"] == "signed"
+    assert len(sig(old_entry)["signatures"]) == 2  # re-signed by the new key; the old signature kept
+    only_new = policy(tmp_path, "enforce", new)  # the old key is retired (or revoked): the policy drops it
+    verify = run_trtwarm("verify", "--cache-dir", str(cache), "--trust-policy", str(only_new), "--json")
+    assert verify.returncode == 0 and json.loads(verify.stdout)["problems"] == [], verify.stdout
+    hit = run_trtwarm(*cmd_init_args(first, cache, tmp_path / "h5", "--read-only", "--trust-policy", str(only_new)))
+    assert hit.returncode == 0 and hit.summary["result"] == "hit", hit.stderr
+
+
+def test_warn_serves_and_logs_off_ignores(model: Path, cache: Path, tmp_path: Path) -> None:
+    _private, public = keypair(tmp_path, "ci")
+    assert run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h1")).returncode == 0  # unsigned
+    warn = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h2", "--trust-policy",
+                                      str(policy(tmp_path, "warn", public))))
+    assert warn.returncode == 0 and warn.summary["result"] == "hit", warn.stderr
+    assert "unsigned (no manifest.sig.json); serving it anyway" in warn.stderr
+    off = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h3", "--trust-policy",
+                                     str(policy(tmp_path, "enforce", public)), "--trust-mode", "off"))
+    assert off.returncode == 0 and off.summary["result"] == "hit" and "unsigned" not in off.stderr
+    listed = run_trtwarm("verify", "--cache-dir", str(cache), "--trust-policy", str(policy(tmp_path, "warn", public)))
+    assert listed.returncode == 0 and "untrusted" in listed.stdout  # reported, not counted, in warn mode
+
+
+def test_verify_under_enforce_finds_and_quarantines_unsigned(model: Path, cache: Path, tmp_path: Path) -> None:
+    _private, public = keypair(tmp_path, "ci")
+    assert run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h1")).returncode == 0
+    enforce = str(policy(tmp_path, "enforce", public))
+    found = run_trtwarm("verify", "--cache-dir", str(cache), "--trust-policy", enforce, "--json")
+    assert found.returncode == 1
+    [problem] = json.loads(found.stdout)["problems"]
+    assert problem["kind"] == "untrusted" and problem["detail"] == "unsigned (no manifest.sig.json)"
+    dry = run_trtwarm("verify", "--cache-dir", str(cache), "--trust-policy", enforce, "--fix", "--dry-run")
+    assert dry.returncode == 1 and len(entries(cache)) == 1
+    fixed = run_trtwarm("verify", "--cache-dir", str(cache), "--trust-policy", enforce, "--fix")
+    assert fixed.returncode == 0 and entries(cache) == [] and len(list((cache / ".quarantine").iterdir())) == 1
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("{not json", "cannot read the trust policy"),
+    ('{"mode": "strict", "keys": []}', "expected {\"mode\": \"enforce|warn|off\""),
+    ('{"mode": "enforce", "keys": [{"name": "k"}]}', "has neither public_key nor public_key_file"),
+    ('{"mode": "enforce", "keys": [{"name": "k", "public_key_file": "absent.pub"}]}', "cannot read public key"),
+    ('{"mode": "enforce", "keys": [{"name": "k", "public_key": "hello"}]}', "is not a PEM public key"),
+])
+def test_a_bad_policy_is_a_clear_configuration_error(model: Path, cache: Path, tmp_path: Path, content: str,
+                                                     message: str) -> None:
+    bad = tmp_path / "policy.json"
+    bad.write_text(content)
+    done = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h", "--trust-policy", str(bad)))
+    assert done.returncode == 2 and message in done.stderr and "hint:" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_sign_refuses_a_damaged_entry_and_an_unknown_one(model: Path, cache: Path, tmp_path: Path) -> None:
+    private, _public = keypair(tmp_path, "ci")
+    assert run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h1")).returncode == 0
+    [entry] = entries(cache)
+    engine = entry / json.loads((entry / "manifest.json").read_text())["engine_file"]
+    engine.write_bytes(engine.read_bytes()[:-1] + b"!")
+    refused = run_trtwarm("sign", entry.name, "--key", str(private), "--cache-dir", str(cache))
+    assert refused.returncode == 6 and "refused" in refused.stdout and "SHA-256" in refused.stdout
+    assert not (entry / "manifest.sig.json").exists()
+    unknown = run_trtwarm("sign", "deadbeefdeadbeef", "--key", str(private), "--cache-dir", str(cache))
+    assert unknown.returncode == 2 and "no entry matches" in unknown.stderr
+    nokey = run_trtwarm("sign", entry.name, "--cache-dir", str(cache))
+    assert nokey.returncode == 2 and "no signing key" in nokey.stderr
