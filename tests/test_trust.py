@@ -103,7 +103,8 @@ def test_a_rewritten_manifest_is_refused_under_enforce(model: Path, cache: Path,
     consumer = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h2", "--read-only", "--verify", "load",
                                           "--trust-policy", str(enforce)))
     assert consumer.returncode == 7, consumer.stderr
-    assert "signature does not verify" in consumer.stderr and "hint:" in consumer.stderr
+    assert "signed statement does not match manifest.json" in consumer.stderr and "hint:" in consumer.stderr
+    assert "does not load" not in consumer.stderr  # refused before the builder loaded a byte of it
     assert json.loads((tmp_path / "h2" / "engine.json").read_text())["ready"] is False
     assert entries(cache) == [entry]  # a consumer leaves it for a builder: nothing moved or lost
     builder = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h3", "--trust-policy", str(enforce),
@@ -222,3 +223,19 @@ def test_sign_refuses_a_damaged_entry_and_an_unknown_one(model: Path, cache: Pat
     assert unknown.returncode == 2 and "no entry matches" in unknown.stderr
     nokey = run_trtwarm("sign", entry.name, "--cache-dir", str(cache))
     assert nokey.returncode == 2 and "no signing key" in nokey.stderr
+
+
+def test_a_rewritten_statement_under_the_old_signature_is_refused(model: Path, cache: Path, tmp_path: Path) -> None:
+    """The writer also rewrites the signed statement to match its engine, but cannot sign it."""
+    from trtwarm.trust.envelope import payload_bytes, statement
+
+    private, public = keypair(tmp_path, "ci")
+    assert run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h1", "--signing-key", str(private))).returncode == 0
+    [entry] = entries(cache)
+    _tamper(entry, b"another engine")
+    manifest, envelope = json.loads((entry / "manifest.json").read_text()), sig(entry)
+    envelope["payload"] = base64.b64encode(payload_bytes(statement(manifest, manifest["files"]))).decode()
+    (entry / "manifest.sig.json").write_text(json.dumps(envelope))
+    refused = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h2", "--read-only", "--trust-policy",
+                                         str(policy(tmp_path, "enforce", public))))
+    assert refused.returncode == 7 and "the signature does not verify" in refused.stderr, refused.stderr
