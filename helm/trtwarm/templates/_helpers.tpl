@@ -161,6 +161,7 @@ value stay part of the argument). */}}
 {{- $a = append $a (printf "--triton-repo=%v/triton" .Values.handoff.mountPath) -}}
 {{- $a = append $a (printf "--triton-model=%v" $e.triton.model) -}}
 {{- end -}}
+{{- with include "trtwarm.trustArgs" . | trim }}{{ range fromYamlArray . }}{{ $a = append $a . }}{{ end }}{{ end -}}
 {{- range $e.extraArgs }}{{ $a = append $a (toString .) }}{{ end -}}
 {{- toYaml $a }}
 {{- end }}
@@ -212,6 +213,10 @@ the same GPU. */}}
   terminationMessagePolicy: FallbackToLogsOnError
   volumeMounts:
     {{- include "trtwarm.cacheMount" . | nindent 4 }}
+      {{- if eq .Values.trust.role "consumer" }}
+      readOnly: true
+      {{- end }}
+    {{- include "trtwarm.trustMounts" . | nindent 4 }}
     - name: trtwarm-handoff
       mountPath: {{ .Values.handoff.mountPath }}
     - name: trtwarm-tmp
@@ -433,6 +438,7 @@ containers:
   {{- end }}
 volumes:
   {{- include "trtwarm.cacheVolume" . | nindent 2 }}
+  {{- include "trtwarm.trustVolumes" . | nindent 2 }}
   - name: trtwarm-handoff
     emptyDir:
       sizeLimit: 16Mi
