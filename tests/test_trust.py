@@ -15,9 +15,9 @@ from conftest import cmd_init_args, entries, run_trtwarm
 from trtwarm.demo import make_model
 
 
-def keypair(tmp_path: Path, name: str) -> tuple[Path, Path]:
+def keypair(tmp_path: Path, name: str, kind: str = "ed25519") -> tuple[Path, Path]:
     """``trtwarm keys generate --out tmp/NAME``: (private, public)."""
-    done = run_trtwarm("keys", "generate", "--out", str(tmp_path / name), "--json")
+    done = run_trtwarm("keys", "generate", "--out", str(tmp_path / name), "--type", kind, "--json")
     assert done.returncode == 0, done.stderr
     return tmp_path / f"{name}.key", tmp_path / f"{name}.pub"
 
@@ -43,13 +43,14 @@ def test_keys_generate_is_private_and_never_overwrites(tmp_path: Path) -> None:
     assert "Traceback" not in again.stderr and private.read_bytes() == before
 
 
-def test_a_signed_entry_verifies_with_third_party_tools(model: Path, cache: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["ed25519", "ecdsa-p256"])
+def test_a_signed_entry_verifies_with_third_party_tools(model: Path, cache: Path, tmp_path: Path, kind: str) -> None:
     """securesystemslib (the DSSE reference implementation) and openssl verify what trtwarm signed."""
     from cryptography.hazmat.primitives.serialization import load_pem_public_key
     from securesystemslib.dsse import Envelope
     from securesystemslib.signer import SSlibKey
 
-    private, public = keypair(tmp_path, "ci")
+    private, public = keypair(tmp_path, "ci", kind)
     built = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h", "--signing-key", str(private)),
                         env={"TRTWARM_CI_JOB": "https://ci.example/job/42", "POD_NAME": "prebuild-x"})
     assert built.returncode == 0, built.stderr
@@ -70,13 +71,16 @@ def test_a_signed_entry_verifies_with_third_party_tools(model: Path, cache: Path
     for item in statement["subject"]:  # and the digests are the files'
         assert hashlib.sha256((entry / item["name"]).read_bytes()).hexdigest() == item["digest"]["sha256"]
     # openssl, on the DSSE pre-authentication encoding built as the DSSE spec defines it
-    kind = b"application/vnd.in-toto+json"
-    (tmp_path / "pae.bin").write_bytes(b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(envelope.payload),
+    payload_type = b"application/vnd.in-toto+json"
+    (tmp_path / "pae.bin").write_bytes(b"DSSEv1 %d %s %d %s" % (len(payload_type), payload_type, len(envelope.payload),
                                                                    envelope.payload))
     (tmp_path / "sig.der").write_bytes(base64.b64decode(sig(entry)["signatures"][0]["sig"]))
-    checked = subprocess.run(["openssl", "dgst", "-sha256", "-verify", str(public), "-signature",
-                              str(tmp_path / "sig.der"), str(tmp_path / "pae.bin")], capture_output=True, text=True)
-    assert checked.returncode == 0 and "Verified OK" in checked.stdout
+    pae, signature = str(tmp_path / "pae.bin"), str(tmp_path / "sig.der")
+    command = (["openssl", "pkeyutl", "-verify", "-pubin", "-inkey", str(public), "-rawin", "-in", pae, "-sigfile",
+                signature] if kind == "ed25519" else
+               ["openssl", "dgst", "-sha256", "-verify", str(public), "-signature", signature, pae])
+    checked = subprocess.run(command, capture_output=True, text=True)
+    assert checked.returncode == 0 and "Verified" in checked.stdout + checked.stderr, checked.stdout + checked.stderr
 
 
 def _tamper(entry: Path, payload: bytes) -> None:

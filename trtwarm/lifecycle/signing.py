@@ -26,7 +26,7 @@ from trtwarm.volume.store import SIGNATURE, EngineStore, Entry, check_entry, rea
 def cmd_keys_generate(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm keys generate [--out PREFIX]``: ``PREFIX.key`` (0600) and ``PREFIX.pub``; never overwrites."""
     private, public = Path(f"{ns.out}.key"), Path(f"{ns.out}.pub")
-    kid = keys.generate(private, public)
+    kid = keys.generate(private, public, ns.type)
     if ns.json:
         print(json.dumps({"private_key": str(private), "public_key": str(public), "keyid": kid}))
     else:
@@ -118,8 +118,10 @@ def add_parsers(sub: Any, cache_default: str) -> None:
     """Define ``keys`` and ``sign`` on the subparsers action *sub*."""
     keys_p = sub.add_parser("keys", help="signing keys: `trtwarm keys generate`")
     keys_sub = keys_p.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
-    gen = keys_sub.add_parser("generate", help="write a new ECDSA P-256 key pair PREFIX.key (0600) and PREFIX.pub")
+    gen = keys_sub.add_parser("generate", help="write a new key pair PREFIX.key (0600) and PREFIX.pub")
     gen.add_argument("--out", default="trtwarm", metavar="PREFIX", help="file name prefix (%(default)s)")
+    gen.add_argument("--type", default="ed25519", choices=keys.KINDS, help="key type (%(default)s: the fastest to "
+                     "check on a hit; ecdsa-p256 where a verifier needs ECDSA)")
     gen.add_argument("--json", action="store_true", help="machine-readable output")
     gen.set_defaults(func=cmd_keys_generate)
     sign = sub.add_parser("sign", help="sign published entries (after verifying their files)")

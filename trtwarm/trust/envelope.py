@@ -13,9 +13,9 @@ on disk and compares::
 
 Nothing host-specific (no absolute path, hostname or pid) is signed. The envelope follows the DSSE v1 spec
 (https://github.com/secure-systems-lab/dsse/blob/master/protocol.md): ``payloadType``
-``application/vnd.in-toto+json``, base64 ``payload``, and ``signatures[]`` of ``{keyid, sig}`` where ``sig`` is a
-DER ECDSA-SHA256 signature over ``PAE(payloadType, payload)``, which is what securesystemslib, in-toto and
-``openssl dgst -sha256 -verify`` check.
+``application/vnd.in-toto+json``, base64 ``payload``, and ``signatures[]`` of ``{keyid, sig}`` where ``sig`` is an
+Ed25519 signature (or a DER ECDSA-SHA256 one, for an ECDSA key) over ``PAE(payloadType, payload)``: what
+securesystemslib, in-toto and ``openssl pkeyutl -verify -rawin`` (``openssl dgst -sha256 -verify`` for ECDSA) check.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ import base64
 import binascii
 import json
 from typing import Any
+
+from trtwarm.trust.keys import sign_bytes, verify_signature
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -67,11 +69,8 @@ def pae(payload_type: str, payload: bytes) -> bytes:
 def sign(doc: dict[str, Any], private_key: Any, keyid: str, envelope: dict[str, Any] | None = None) -> dict[str, Any]:
     """Return a DSSE envelope of *doc* signed by *private_key*; with *envelope* (of the same payload), its other
     signatures are kept (a second key adds its signature; the same key replaces its own)."""
-    from cryptography.hazmat.primitives import hashes
-    from cryptography.hazmat.primitives.asymmetric import ec
-
     payload = payload_bytes(doc)
-    sig = private_key.sign(pae(PAYLOAD_TYPE, payload), ec.ECDSA(hashes.SHA256()))
+    sig = sign_bytes(private_key, pae(PAYLOAD_TYPE, payload))
     encoded = base64.b64encode(payload).decode()
     kept = []
     if envelope is not None and envelope.get("payload") == encoded and isinstance(envelope.get("signatures"), list):
@@ -87,10 +86,6 @@ def verify(envelope: Any, expected: dict[str, Any], trusted: dict[str, Any]) -> 
     The signature is checked before the payload is parsed (DSSE: never parse what is not authenticated).
     :raises BadSignature: with the reason
     """
-    from cryptography.exceptions import InvalidSignature
-    from cryptography.hazmat.primitives import hashes
-    from cryptography.hazmat.primitives.asymmetric import ec
-
     if not isinstance(envelope, dict) or envelope.get("payloadType") != PAYLOAD_TYPE \
             or not isinstance(envelope.get("payload"), str) or not isinstance(envelope.get("signatures"), list):
         raise BadSignature(f"manifest.sig.json is not a DSSE envelope of {PAYLOAD_TYPE}")
@@ -105,11 +100,12 @@ def verify(envelope: Any, expected: dict[str, Any], trusted: dict[str, Any]) -> 
         if key is None or not isinstance(item.get("sig"), str):
             continue
         try:
-            key.verify(base64.b64decode(item["sig"], validate=True), message, ec.ECDSA(hashes.SHA256()))
-        except (InvalidSignature, binascii.Error, ValueError):
+            raw = base64.b64decode(item["sig"], validate=True)
+        except (binascii.Error, ValueError):
             continue
-        signer = item["keyid"]
-        break
+        if verify_signature(key, raw, message):
+            signer = item["keyid"]
+            break
     if signer is None:
         if not any(i in trusted for i in ids):
             shown = ", ".join(str(i)[:16] for i in ids) or "none"

@@ -1,11 +1,13 @@
-"""Signing keys: ECDSA P-256 (the key type cosign, OpenSSF Model Signing and every DSSE library take), as PEM files.
+"""Signing keys as PEM files: Ed25519 (what ``trtwarm keys generate`` makes) or ECDSA P-256/384/521 (keys from an
+existing PKI or KMS, the type cosign and OpenSSF Model Signing take).
 
 A private key is PKCS#8 PEM without a password (a Kubernetes Secret protects it at rest), mode 0600; a public key is
 SubjectPublicKeyInfo PEM. A key's id is the SHA-256 of its DER SubjectPublicKeyInfo, in hex, which anyone can
 recompute: ``openssl pkey -pubin -in trtwarm.pub -outform DER | sha256sum``.
 
-The ``cryptography`` package is imported only when a key is used, never at import time: its Rust extension costs more
-than everything else on a cache hit, and a Pod without a trust policy never needs it.
+The ``cryptography`` package is imported only when a key is used, never at import time, and an Ed25519 check imports
+only its ``ed25519`` module: on a cache hit, loading ``cryptography``'s Rust extension is most of the cost of a
+signature check, and ECDSA adds its OpenSSL backend module (about 6 ms more, measured; see README, Benchmarks).
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ KEY_LIMIT = 64 << 10
 _PEM = re.compile(rb"-----BEGIN ([A-Z ]+)-----\s*(.+?)\s*-----END \1-----", re.S)
 #: the DER SubjectPublicKeyInfo header of an uncompressed P-256 point (id-ecPublicKey, prime256v1, BIT STRING)
 _P256_SPKI = bytes.fromhex("3059301306072a8648ce3d020106082a8648ce3d030107034200")
+#: the DER SubjectPublicKeyInfo header of an Ed25519 key (id-Ed25519, BIT STRING of 32 bytes)
+_ED25519_SPKI = bytes.fromhex("302a300506032b6570032100")
+KINDS = ("ed25519", "ecdsa-p256")
 
 
 def pem_der(pem: bytes, what: str) -> bytes:
@@ -57,15 +62,20 @@ def read_key_file(path: Path, what: str) -> bytes:
 
 
 def load_public(pem: bytes, what: str = "public key") -> Any:
-    """Parse a public key PEM into a ``cryptography`` EC public key.
+    """Parse a public key PEM into a ``cryptography`` Ed25519 or EC public key.
 
-    P-256 keys (all trtwarm generates) take a fast path that needs only the ``ec`` module: its SPKI is a fixed header
-    and the point. Anything else goes through ``serialization`` (which imports far more). :raises ConfigError:
+    Ed25519 and P-256 keys take a fast path that needs only the ``ed25519`` or ``ec`` module (their SPKI is a fixed
+    header and the raw key); anything else goes through ``serialization``, which imports far more.
+    :raises ConfigError: not an Ed25519 or ECDSA public key
     """
-    from cryptography.hazmat.primitives.asymmetric import ec
-
     der = pem_der(pem, what)
     try:
+        if der.startswith(_ED25519_SPKI) and len(der) == len(_ED25519_SPKI) + 32:
+            from cryptography.hazmat.primitives.asymmetric import ed25519
+
+            return ed25519.Ed25519PublicKey.from_public_bytes(der[len(_ED25519_SPKI):])
+        from cryptography.hazmat.primitives.asymmetric import ec
+
         if der.startswith(_P256_SPKI) and len(der) == len(_P256_SPKI) + 65:
             return ec.EllipticCurvePublicKey.from_encoded_point(ec.SECP256R1(), der[len(_P256_SPKI):])
         from cryptography.hazmat.primitives import serialization
@@ -74,24 +84,54 @@ def load_public(pem: bytes, what: str = "public key") -> Any:
     except ValueError as exc:
         raise ConfigError(f"{what} is not a valid public key: {exc}") from None
     if not isinstance(key, ec.EllipticCurvePublicKey):
-        raise ConfigError(f"{what} is not an ECDSA key", hint="trtwarm signs with ECDSA (P-256, P-384 or P-521)")
+        raise ConfigError(f"{what} is neither Ed25519 nor ECDSA", hint="trtwarm signs with Ed25519 or ECDSA")
     return key
 
 
-def load_private(path: Path) -> tuple[Any, str]:
-    """Load an EC private key PEM; return ``(key, key id of its public half)``. :raises ConfigError:"""
-    from cryptography.hazmat.primitives import serialization
+def verify_signature(public_key: Any, signature: bytes, message: bytes) -> bool:
+    """Whether *signature* (Ed25519, or DER ECDSA with SHA-256) over *message* is valid for *public_key*."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    try:
+        if isinstance(public_key, ed25519.Ed25519PublicKey):
+            public_key.verify(signature, message)
+        else:
+            from cryptography.hazmat.primitives import hashes
+            from cryptography.hazmat.primitives.asymmetric import ec
+
+            public_key.verify(signature, message, ec.ECDSA(hashes.SHA256()))
+    except (InvalidSignature, ValueError):
+        return False
+    return True
+
+
+def sign_bytes(private_key: Any, message: bytes) -> bytes:
+    """Sign *message*: Ed25519, or DER ECDSA with SHA-256 (what DSSE tools expect of each key type)."""
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    if isinstance(private_key, ed25519.Ed25519PrivateKey):
+        return private_key.sign(message)
+    from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec
+
+    return private_key.sign(message, ec.ECDSA(hashes.SHA256()))
+
+
+def load_private(path: Path) -> tuple[Any, str]:
+    """Load an Ed25519 or EC private key PEM; return ``(key, key id of its public half)``. :raises ConfigError:"""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
     data = read_key_file(path, "signing key")
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"signing key {path} cannot be loaded: {exc}",
-                          hint="a PKCS#8 or SEC1 EC private key PEM without a password (`trtwarm keys generate`)") \
+                          hint="a PKCS#8 (or SEC1 EC) private key PEM without a password (`trtwarm keys generate`)") \
             from None
-    if not isinstance(key, ec.EllipticCurvePrivateKey):
-        raise ConfigError(f"signing key {path} is not an ECDSA key", hint="use `trtwarm keys generate`")
+    if not isinstance(key, (ec.EllipticCurvePrivateKey, ed25519.Ed25519PrivateKey)):
+        raise ConfigError(f"signing key {path} is neither Ed25519 nor ECDSA", hint="use `trtwarm keys generate`")
     return key, key_id(public_pem(key))
 
 
@@ -103,19 +143,19 @@ def public_pem(private_key: Any) -> bytes:
                                                  serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
-def generate(private_path: Path, public_path: Path) -> str:
-    """Write a new P-256 key pair: *private_path* (0600, created exclusively) and *public_path*; return the key id.
-
-    :raises ConfigError: either file exists already (never overwritten) or cannot be written
+def generate(private_path: Path, public_path: Path, kind: str = "ed25519") -> str:
+    """Write a new key pair (*kind* ``ed25519`` or ``ecdsa-p256``): *private_path* (0600, created exclusively) and
+    *public_path*; return the key id. :raises ConfigError: either file exists already (never overwritten), or cannot
+    be written
     """
     from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
     for path in (private_path, public_path):
         if os.path.lexists(path):
             raise ConfigError(f"{path} exists; refusing to overwrite a key",
                               hint="choose another name, or remove the old key yourself after rotating it out")
-    key = ec.generate_private_key(ec.SECP256R1())
+    key = ed25519.Ed25519PrivateKey.generate() if kind == "ed25519" else ec.generate_private_key(ec.SECP256R1())
     private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                 serialization.NoEncryption())
     public = public_pem(key)
@@ -134,4 +174,5 @@ def generate(private_path: Path, public_path: Path) -> str:
     return key_id(public)
 
 
-__all__ = ["generate", "key_id", "load_private", "load_public", "pem_der", "public_pem", "read_key_file"]
+__all__ = ["KINDS", "generate", "key_id", "load_private", "load_public", "pem_der", "public_pem", "read_key_file",
+           "sign_bytes", "verify_signature"]
