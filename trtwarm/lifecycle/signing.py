@@ -19,7 +19,7 @@ from trtwarm.errors import ConfigError, EntryInvalid, VolumeError
 from trtwarm.fsutil import read_json_object
 from trtwarm.trust import keys
 from trtwarm.trust.policy import Gate
-from trtwarm.volume.layout import Layout, volume_error
+from trtwarm.volume.layout import Layout
 from trtwarm.volume.store import SIGNATURE, EngineStore, Entry, check_entry, read_manifest
 
 
@@ -86,7 +86,8 @@ def _sign_one(layout: Layout, gate: Gate, path: Path, dry_run: bool) -> dict[str
         try:
             _write_signature(layout, entry, envelope)
         except OSError as exc:
-            raise volume_error(exc, layout.root, "sign entries in") from exc
+            raise VolumeError(f"cannot sign {path.name}: {exc.strerror}", hint="sign where the cache volume is "
+                              "mounted read-write by a user who may write it (a builder Pod or Job)") from exc
     kept = len(envelope["signatures"]) - 1
     return {"name": path.name, "key": entry.key, "result": "would sign" if dry_run else "signed",
             "keyid": gate.signer[1], "detail": f"{len(entry.files)} files" + (f"; kept {kept} other signature(s)"
