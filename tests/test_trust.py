@@ -79,7 +79,7 @@ def test_a_signed_entry_verifies_with_third_party_tools(model: Path, cache: Path
     command = (["openssl", "pkeyutl", "-verify", "-pubin", "-inkey", str(public), "-rawin", "-in", pae, "-sigfile",
                 signature] if kind == "ed25519" else
                ["openssl", "dgst", "-sha256", "-verify", str(public), "-signature", signature, pae])
-    checked = subprocess.run(command, capture_output=True, text=True)
+    checked = subprocess.run(command, capture_output=True, text=True, check=False)
     assert checked.returncode == 0 and "Verified" in checked.stdout + checked.stderr, checked.stdout + checked.stderr
 
 

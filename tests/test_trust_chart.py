@@ -5,20 +5,22 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
-
 from k8s import CHART, container, flag, objects, pod_spec, render
 
-pytest.importorskip("helm_python", reason="helm-python-sdk is not installed (pip install '.[test]')")
+from trtwarm.trust.policy import Policy
+
+helm = pytest.importorskip("helm_python", reason="helm-python-sdk is not installed (pip install '.[test]')")
 
 
 def _values(name: str) -> dict:
     return yaml.safe_load((CHART / "ci" / name).read_text())
 
 
-def test_a_consumer_gets_the_policy_a_read_only_cache_and_no_key(tmp_path) -> None:  # noqa: ANN001
+def test_a_consumer_gets_the_policy_a_read_only_cache_and_no_key(tmp_path: Path) -> None:
     objs = objects(render(_values("trust-values.yaml")))
     init = container(pod_spec(objs), "trtwarm-init")
     assert flag(init, "trust-mode") == "enforce" and "--read-only" in init["args"]
@@ -32,9 +34,6 @@ def test_a_consumer_gets_the_policy_a_read_only_cache_and_no_key(tmp_path) -> No
     # the rendered policy and keys are what trtwarm itself accepts
     for name, text in config["data"].items():
         (tmp_path / name).write_text(text)
-    sys.path.insert(0, str(CHART.parent.parent))
-    from trtwarm.trust.policy import Policy
-
     assert len(Policy.load(tmp_path / "policy.json").keys) == 2
 
 
@@ -59,5 +58,10 @@ def test_trust_is_off_by_default() -> None:
 
 def test_values_doc_is_current() -> None:
     proc = subprocess.run([sys.executable, str(CHART.parent / "values_doc.py"), "--check"], capture_output=True,
-                          text=True)
+                          text=True, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_an_enforcing_builder_without_a_key_is_refused() -> None:
+    with pytest.raises(helm.HelmError, match="needs trust.signingKey.existingSecret"):
+        render({"trust": {"mode": "enforce", "role": "builder", "keys": []}})

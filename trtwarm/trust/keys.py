@@ -23,7 +23,7 @@ from typing import Any
 from trtwarm.errors import ConfigError
 
 KEY_LIMIT = 64 << 10
-_PEM = re.compile(rb"-----BEGIN ([A-Z ]+)-----\s*(.+?)\s*-----END \1-----", re.S)
+_PEM = re.compile(rb"-----BEGIN ([A-Z ]+)-----\s*(.+?)\s*-----END \1-----", re.DOTALL)
 #: the DER SubjectPublicKeyInfo header of an uncompressed P-256 point (id-ecPublicKey, prime256v1, BIT STRING)
 _P256_SPKI = bytes.fromhex("3059301306072a8648ce3d020106082a8648ce3d030107034200")
 #: the DER SubjectPublicKeyInfo header of an Ed25519 key (id-Ed25519, BIT STRING of 32 bytes)
@@ -37,7 +37,8 @@ def pem_der(pem: bytes, what: str) -> bytes:
     try:
         return base64.b64decode(match[2], validate=False) if match else b""
     except (binascii.Error, ValueError):
-        raise ConfigError(f"{what} is not a PEM file", hint="use `trtwarm keys generate` or openssl (see README)") from None
+        raise ConfigError(f"{what} is not a PEM file",
+                          hint="use `trtwarm keys generate` or openssl (see README)") from None
 
 
 def key_id(public_pem: bytes, what: str = "public key") -> str:

@@ -77,7 +77,8 @@ class Policy:
         except (OSError, TooLarge, ValueError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read the trust policy {path}: {getattr(exc, 'strerror', None) or exc}",
                               hint="--trust-policy names a JSON file; see README, Trust") from None
-        if not isinstance(doc, dict) or doc.get("mode", "off") not in MODES or not isinstance(doc.get("keys", []), list):
+        if not isinstance(doc, dict) or doc.get("mode", "off") not in MODES \
+                or not isinstance(doc.get("keys", []), list):
             raise ConfigError(f"trust policy {path}: expected {{\"mode\": \"enforce|warn|off\", \"keys\": [...]}}",
                               hint="see README, Trust, for the format")
         return cls(doc.get("mode", "off"), tuple(_trusted_key(item, path) for item in doc.get("keys", [])), str(path))

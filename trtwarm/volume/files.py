@@ -39,7 +39,7 @@ def role_of(path: str, engine_file: str) -> str:
         return "timing-cache"
     if name.endswith((".runtime.cache", ".rtcache")):
         return "runtime-cache"
-    if name.endswith("_ctx.onnx") or name.endswith(".ctx.onnx"):
+    if name.endswith(("_ctx.onnx", ".ctx.onnx")):
         return "context-model"
     return "other"
 
@@ -84,7 +84,8 @@ def list_built(staging: Path, engine_file: str) -> list[dict[str, Any]]:
             _remove_empty(staging, rel)
             continue
         if not stat.S_ISREG(st.st_mode):
-            raise EntryInvalid(f"the build left {rel}, which is {'a symlink' if stat.S_ISLNK(st.st_mode) else 'not a regular file'}")
+            kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+            raise EntryInvalid(f"the build left {rel}, which is {kind}")
         digest, size = sha256_file(staging / rel)
         files.append({"path": rel, "role": role_of(rel, engine_file), "bytes": size, "sha256": digest})
     return files

@@ -34,7 +34,6 @@ from trtwarm.fsutil import (
     fsync_file,
     pid_alive,
     read_bounded,
-    sha256_file,
 )
 from trtwarm.key import sanitize
 from trtwarm.volume.files import MANIFEST, SIGNATURE, check_digests, check_stats, listed_files, scan_files

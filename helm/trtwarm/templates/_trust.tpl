@@ -8,6 +8,9 @@
 {{- end }}
 
 {{- define "trtwarm.trustArgs" -}}
+{{- if and (eq .Values.trust.mode "enforce") (eq .Values.trust.role "builder") (not .Values.trust.signingKey.existingSecret) }}
+{{- fail "trust.mode=enforce with trust.role=builder needs trust.signingKey.existingSecret (a builder without a key would never build an entry it trusts); or set trust.role=consumer" }}
+{{- end }}
 {{- if eq .Values.trust.role "consumer" }}
 {{- if .Values.engine.readOnly }}{{/* already --read-only */}}{{ else }}
 - --read-only
