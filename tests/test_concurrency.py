@@ -55,6 +55,46 @@ def test_storm_of_16_inits_builds_exactly_once(model: Path, cache: Path, tmp_pat
     assert debris(cache) == []
 
 
+def test_storm_waiters_all_wake_on_publish_and_none_takes_the_lock_after_it(model: Path, cache: Path,
+                                                                            tmp_path: Path) -> None:
+    counter, gate = tmp_path / "builds", tmp_path / "gate"
+    gate.touch()
+    command = gated_command(counter, gate)
+    procs = [spawn(init_args(model, cache, tmp_path / f"h{i}", command)) for i in range(12)]
+    logs = [p.log for p in procs]  # type: ignore[attr-defined]
+    # every process is either the builder or provably blocked behind it before the build may finish
+    wait_until(lambda: all("building" in log.read_text() or "waiting for" in log.read_text() for log in logs),
+               timeout=120, what="all 12 inits building or waiting")
+    gate.unlink()
+    results = [finish(p) for p in procs]
+    assert [code for code, _, _ in results] == [0] * 12, [err for _, _, err in results if err][:1]
+    assert sorted(summary["result"] for _, summary, _ in results) == ["built"] + ["waited"] * 11
+    holders = [err for _, _, err in results if "holding the build lock" in err]
+    assert len(holders) == 1, "only the builder ever held the key's lock; the waiters saw the entry and left"
+    waiters = [err for _, summary, err in results if summary["result"] == "waited"]
+    assert all("appeared while waiting" in err for err in waiters)
+
+
+def test_sigkill_of_the_builder_with_several_waiters_builds_once_more(model: Path, cache: Path,
+                                                                       tmp_path: Path) -> None:
+    counter, gate = tmp_path / "builds", tmp_path / "gate"
+    gate.touch()
+    command = gated_command(counter, gate)
+    builder = spawn(init_args(model, cache, tmp_path / "h0", command))
+    wait_until(counter.exists, timeout=60)
+    waiters = [spawn(init_args(model, cache, tmp_path / f"h{i}", command)) for i in range(1, 5)]
+    for waiter in waiters:
+        wait_for_log(waiter, "waiting for")
+    os.killpg(builder.pid, signal.SIGKILL)
+    builder.wait(timeout=10)
+    wait_until(lambda: len(counter.read_text().split()) == 2, timeout=60)  # one waiter took over at once
+    gate.unlink()
+    results = [finish(w) for w in waiters]
+    assert [code for code, _, _ in results] == [0] * 4, [err for _, _, err in results][:1]
+    assert sorted(summary["result"] for _, summary, _ in results) == ["built", "waited", "waited", "waited"]
+    assert len(counter.read_text().split()) == 2 and len(entries(cache)) == 1 and debris(cache) == []
+
+
 def test_sigkill_of_the_builder_lets_a_waiter_take_over(model: Path, cache: Path, tmp_path: Path) -> None:
     counter, gate = tmp_path / "builds", tmp_path / "gate"
     gate.touch()

@@ -109,7 +109,13 @@ def _init_only_flags(init: argparse.ArgumentParser) -> None:
     init.add_argument("--read-only", action="store_true", help="never build; wait for another builder's entry")
     init.add_argument("--events-timeout", default="2s", help="longest wait at exit for Kubernetes Events to be sent "
                       "(%(default)s)")
-    init.add_argument("--verify", default="digest", choices=["digest", "load"], help="check on a hit (%(default)s)")
+    init.add_argument("--verify", default="digest", choices=["stamp", "digest", "load"],
+                      help="check on a hit: stamp (skip the hash of files this node verified and that did not "
+                      "change), digest (SHA-256), load (digest and a real load) (%(default)s)")
+    init.add_argument("--stamp-dir", help="--verify stamp: node-local directory of stamps, private to this uid "
+                      "(default: <handoff-dir>/stamps)")
+    init.add_argument("--stamp-max-age", default="1d", help="--verify stamp: re-hash a file whose stamp is older "
+                      "(%(default)s)")
     init.add_argument("--triton-repo", help="also lay out a Triton model repository here")
     init.add_argument("--triton-model", help="the model's name in --triton-repo")
     add_trust_flags(init)

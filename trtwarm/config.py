@@ -163,6 +163,8 @@ class Settings:
     device: str = "auto"
     read_only: bool = False
     verify: str = "digest"
+    stamp_dir: Path | None = None  # --verify stamp: node-local stamps (default <handoff_dir>/stamps)
+    stamp_max_age: float = 86400.0
     log_format: str = "text"
     triton_repo: Path | None = None
     triton_model: str | None = None
@@ -206,6 +208,8 @@ class Settings:
             key_extra=tuple(sorted(parse_key_extra(p) for p in ns.key_extra)), build_command=ns.build_command,
             builder_version=ns.builder_version, ort_provider=ns.ort_provider, device=ns.device,
             read_only=ns.read_only, verify=ns.verify, log_format=ns.log_format,
+            stamp_dir=Path(getattr(ns, "stamp_dir", None) or Path(ns.handoff_dir) / "stamps").absolute(),
+            stamp_max_age=parse_duration(getattr(ns, "stamp_max_age", None) or "1d"),
             triton_repo=Path(triton_repo).absolute() if triton_repo else None, triton_model=triton_model,
             termination_log=Path(environ.get("TRTWARM_TERMINATION_LOG", "/dev/termination-log")),
             trust_policy=_path_or_none(getattr(ns, "trust_policy", None)),

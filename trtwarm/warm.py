@@ -38,6 +38,7 @@ from trtwarm.volume import leases
 from trtwarm.volume.files import SCHEMA, list_built
 from trtwarm.volume.layout import Layout, volume_error
 from trtwarm.volume.lock import PROGRESS_SECONDS, BuildLock, describe_owner
+from trtwarm.volume.stamps import StampBook
 from trtwarm.volume.statcache import inspect_model
 from trtwarm.volume.store import EngineStore, Entry
 
@@ -58,6 +59,7 @@ class Plan:
     seconds: dict[str, float] = field(default_factory=dict)
     events: EventRecorder | None = None
     gate: Gate = field(default_factory=Gate)  # the trust policy: checks before any load, signs what is published
+    stamps: StampBook | None = None  # --verify stamp
 
     @property
     def store(self) -> EngineStore:
@@ -96,7 +98,10 @@ def resolve(settings: Settings) -> Plan:
     name = entry_name(doc, key, settings.name or settings.model.stem)
     gate = Gate.create(settings.trust_policy, settings.trust_mode, settings.signing_key, settings.read_only)
     gate.require_signer_trusted(name, key)
-    return Plan(settings, layout, builder, facts, doc, key, name, {"key": time.monotonic() - start}, gate=gate)
+    stamps = StampBook(settings.stamp_dir, settings.stamp_max_age) if settings.verify == "stamp" and \
+        settings.stamp_dir else None
+    return Plan(settings, layout, builder, facts, doc, key, name, {"key": time.monotonic() - start}, gate=gate,
+                stamps=stamps)
 
 
 def _load_check(plan: Plan) -> Callable[[Entry], None]:
@@ -111,7 +116,7 @@ def _load_check(plan: Plan) -> Callable[[Entry], None]:
 
 def _lookup(plan: Plan) -> Entry | None:
     start = time.monotonic()
-    entry = plan.store.lookup(plan.key, plan.name, _load_check(plan))
+    entry = plan.store.lookup(plan.key, plan.name, _load_check(plan), plan.stamps.digest if plan.stamps else None)
     plan.seconds["verify"] = plan.seconds.get("verify", 0.0) + time.monotonic() - start
     return entry
 
@@ -171,9 +176,10 @@ def _build_into(plan: Plan, staging: Any) -> tuple[dict[str, Any], dict[str, Any
     return manifest, plan.gate.sign(manifest, files)
 
 
-def build_and_publish(plan: Plan) -> Entry:
+def build_and_publish(plan: Plan) -> bool:
     """Build into a private staging directory and publish it with one rename (call with the key's lock held).
 
+    :return: whether ours is the entry now (False: another builder published first and ours was discarded)
     :raises BuildError: the builder failed; :raises OSError: the volume is full or read-only (see :func:`warm`)
     """
     store = plan.store
@@ -181,12 +187,9 @@ def build_and_publish(plan: Plan) -> Entry:
         log.info("removed stale staging directory %s left by a dead builder", path.name)
     with store.staging(plan.key) as staging:
         won = store.publish(staging, plan.name, *_build_into(plan, staging))
-    entry = store.lookup(plan.key, plan.name)
-    if entry is None:
-        raise BuildError(f"the published entry {plan.name} did not verify", hint="see the quarantine warning above")
     if not won:
         plan.seconds.pop("build", None)
-    return entry
+    return won
 
 
 def wait_message(name: str, owner: dict[str, Any] | None, gpu_lock: str | None = None) -> str:
@@ -211,33 +214,75 @@ def _on_wait(plan: Plan, gpu_lock: str | None = None) -> Callable[[float, dict[s
     return report
 
 
+def _take_or_wait(plan: Plan, lock: BuildLock) -> bool:
+    """Take the key's lock (True) or see the entry appear (False), whichever comes first.
+
+    Nobody queues: a waiter sleeps until the holder lets go (every waiter of a key wakes at once, see
+    :meth:`BuildLock.wait_released`), then looks for the entry before it tries the lock, so after a publish no waiter
+    takes the lock; after a builder died, one waiter takes it over and the others wait for that one.
+    """
+    start = time.monotonic()
+    report, next_report = _on_wait(plan), start + plan.settings.progress_interval
+    while True:
+        lock.waited = time.monotonic() - start
+        if plan.store.find(plan.key, plan.name) is not None:
+            return False
+        if lock.try_acquire():
+            return True
+        now = time.monotonic()
+        if now - start >= plan.settings.lock_timeout:
+            raise lock.timeout_error()
+        lock.wait_released(max(0.0, min(next_report, start + plan.settings.lock_timeout) - now))
+        if time.monotonic() >= next_report:
+            report(time.monotonic() - start, lock.owner())
+            next_report += plan.settings.progress_interval
+
+
 def _single_flight(plan: Plan) -> tuple[Entry | None, str]:
-    """Take the key's lock; build if no entry is there, else release and verify it (None: it failed)."""
+    """Take the key's lock and build, or wait for the entry; verify it after the lock is released (None: it failed).
+
+    Verifying outside the lock lets the waiters of a large engine hash it side by side, and a builder's own check of
+    what it published delays nobody.
+    """
     s = plan.settings
     plan.layout.ensure()
     lock = BuildLock(plan.layout, plan.key, s.identity, mode=s.lock_mode, timeout=s.lock_timeout,
-                     on_wait=_on_wait(plan), progress=s.progress_interval, label=plan.name)
-    with lock:
-        plan.seconds["wait"] = lock.waited
-        if plan.store.find(plan.key, plan.name) is None:
-            log.info("building %s (lock mode %s)", plan.label, lock.mode)
-            gpu_lock = plan.builder.gpu_lock_id()
-            with (BuildLock(plan.layout, gpu_lock, s.identity, mode=s.lock_mode, timeout=s.lock_timeout,
-                            on_wait=_on_wait(plan, gpu_lock), progress=s.progress_interval, label=plan.name)
-                  if gpu_lock else
-                  contextlib.nullcontext()):
-                return build_and_publish(plan), "built"
-    # An entry appears only whole (one rename), so its presence under the lock ends the wait. It is verified after
-    # the lock is released: the waiters of a large engine hash it side by side instead of one after another.
-    log.info("%s appeared while waiting %.1f s", plan.label, lock.waited)
-    return _lookup(plan), "waited"
+                     progress=s.progress_interval, label=plan.name)
+    result = "waited"
+    if _take_or_wait(plan, lock):
+        try:
+            log.info("holding the build lock of %s", plan.label)
+            if plan.store.find(plan.key, plan.name) is None:  # else: published between our miss and the lock
+                _build_locked(plan, lock.mode)
+                result = "built"
+        finally:
+            lock.release()
+    plan.seconds["wait"] = lock.waited
+    if result == "waited":
+        log.info("%s appeared while waiting %.1f s", plan.label, lock.waited)
+        return _lookup(plan), result
+    entry = plan.store.lookup(plan.key, plan.name)
+    if entry is None:
+        raise BuildError(f"the published entry {plan.name} did not verify", hint="see the quarantine warning above")
+    return entry, result
+
+
+def _build_locked(plan: Plan, mode: str) -> None:
+    """Build and publish under the GPU's lock too, when the builder has one (parallel builds skew tactic timing)."""
+    s = plan.settings
+    log.info("building %s (lock mode %s)", plan.label, mode)
+    gpu_lock = plan.builder.gpu_lock_id()
+    with (BuildLock(plan.layout, gpu_lock, s.identity, mode=s.lock_mode, timeout=s.lock_timeout,
+                    on_wait=_on_wait(plan, gpu_lock), progress=s.progress_interval, label=plan.name)
+          if gpu_lock else contextlib.nullcontext()):
+        build_and_publish(plan)
 
 
 def _wait_read_only(plan: Plan) -> Entry:
     start = last = time.monotonic()
     while (elapsed := time.monotonic() - start) < plan.settings.lock_timeout:
         time.sleep(0.5)
-        if (entry := _lookup(plan)) is not None:
+        if plan.store.find(plan.key, plan.name) is not None and (entry := _lookup(plan)) is not None:
             plan.seconds["wait"] = time.monotonic() - start
             return entry
         if time.monotonic() - last >= plan.settings.progress_interval:
@@ -289,6 +334,8 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
     if plan.layout.leases.is_dir():  # before the lookup: a gc that planned without seeing it undoes its removal
         leases.take(plan.layout, plan.key, plan.name, settings.identity)
     entry, result = _obtain(plan)
+    if plan.stamps is not None and result != "built":
+        log.info("verified %s: %s", plan.label, plan.stamps.summary())
     plan.store.touch_use(plan.key)
     plan.seconds["total"] = time.monotonic() - start
     if result == "built":

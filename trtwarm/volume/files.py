@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -157,13 +158,23 @@ def check_stats(files: list[dict[str, Any]], found: dict[str, os.stat_result], s
         raise EntryInvalid(f"unlisted file {extra[0]} (not in manifest.json)")
 
 
-def check_digests(root: Path, files: list[dict[str, Any]]) -> None:
-    """Hash every listed file. :raises EntryInvalid: a SHA-256 differs from the manifest (corrupt)."""
+#: a per-file digest hook: ``(path, the manifest's digest) -> the file's digest`` (see :mod:`trtwarm.volume.stamps`)
+FileDigest = Callable[[Path, str], str]
+
+
+def _sha256(path: Path, _expected: str) -> str:
+    return sha256_file(path)[0]
+
+
+def check_digests(root: Path, files: list[dict[str, Any]], file_digest: FileDigest | None = None) -> None:
+    """Hash every listed file (through *file_digest*, when given). :raises EntryInvalid: a SHA-256 differs from the
+    manifest (corrupt)."""
+    digest_of = file_digest or _sha256
     for item in files:
-        if sha256_file(root / item["path"])[0] != item["sha256"]:
+        if digest_of(root / item["path"], item["sha256"]) != item["sha256"]:
             what = "engine" if item["role"] == "engine" else item["path"]
             raise EntryInvalid(f"{what} SHA-256 does not match the manifest (corrupt)")
 
 
-__all__ = ["MANIFEST", "ROLES", "SCHEMA", "SEALS", "SIGNATURE", "check_digests", "check_stats", "list_built",
+__all__ = ["MANIFEST", "ROLES", "SCHEMA", "SEALS", "SIGNATURE", "FileDigest", "check_digests", "check_stats", "list_built",
            "listed_files", "role_of", "scan_files"]

@@ -36,6 +36,7 @@ LEASE_SECONDS = 30.0
 HEARTBEAT_SECONDS = 5.0
 PROGRESS_SECONDS = 10.0
 POLL_SECONDS = 0.02
+LEASE_POLL_SECONDS = 0.1
 _NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS})
 
 
@@ -101,6 +102,26 @@ def file_lock(layout: Layout, lock_id: str, mode: str) -> Any:
                                  preserve_lock_file=True)
 
 
+def _wait_shared(path: Path, released: threading.Event) -> None:
+    """Block on a shared flock of *path* (granted once no exclusive holder is left), drop it, set *released*."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o664)
+    except OSError:  # cannot wait here: the caller tries the lock itself again after a pause
+        time.sleep(LEASE_POLL_SECONDS)
+        released.set()
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    except OSError:
+        time.sleep(LEASE_POLL_SECONDS)
+    finally:
+        os.close(fd)
+        released.set()
+
+
 class BuildLock:
     """The build lock of one key (or of one GPU); a context manager.
 
@@ -117,6 +138,7 @@ class BuildLock:
         self.waited = 0.0
         self.contended = False
         self._lock: Any = None
+        self._released: threading.Event | None = None
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
         self._started = 0.0
@@ -126,28 +148,79 @@ class BuildLock:
         import filelock
 
         start = time.monotonic()
-        self._lock = file_lock(self.layout, self.lock_id, self.mode)
         while True:
             remaining = self.timeout - (time.monotonic() - start)
             if remaining <= 0:
-                owner = read_owner(self.layout.owner_path(self.lock_id))
-                raise LockTimeoutError(f"gave up after {self.timeout:.0f} s waiting for the build lock of "
-                                       f"{self.lock_id[:16]}, held by {describe_owner(owner)}")
+                raise self.timeout_error()
             try:
-                self._lock.acquire(timeout=min(remaining, self.progress), poll_interval=POLL_SECONDS)
+                self._file_lock().acquire(timeout=min(remaining, self.progress), poll_interval=POLL_SECONDS)
                 break
             except filelock.Timeout:
                 self.contended = True
                 if self.on_wait is not None:
-                    self.on_wait(time.monotonic() - start, read_owner(self.layout.owner_path(self.lock_id)))
+                    self.on_wait(time.monotonic() - start, self.owner())
             except OSError as exc:
-                if exc.errno not in _NO_LOCKS or self.mode == "lease" or self.requested_mode == "flock":
-                    raise
-                log.warning("flock is not supported on %s (%s); falling back to lease locks", self.layout.root,
-                            exc.strerror)
-                self.mode, self._lock = "lease", None
-                self._lock = file_lock(self.layout, self.lock_id, self.mode)
+                self._fall_back(exc)
         self.waited = time.monotonic() - start
+        return self._acquired()
+
+    def try_acquire(self) -> bool:
+        """Take the lock if nobody holds it; never waits. :return: whether it is ours now"""
+        import filelock
+
+        while True:
+            try:
+                self._file_lock().acquire(timeout=0, poll_interval=POLL_SECONDS)
+            except filelock.Timeout:
+                self.contended = True
+                return False
+            except OSError as exc:
+                self._fall_back(exc)
+                continue
+            self._acquired()
+            return True
+
+    def wait_released(self, seconds: float) -> bool:
+        """Wait up to *seconds* for the current holder to let go (publish, fail or die); never takes the lock.
+
+        In ``flock`` mode a shared lock is requested in a helper thread: the kernel grants it to every waiter at once
+        when the holder's exclusive lock goes, so a storm of waiters wakes together instead of queueing for the lock
+        one after another. The shared lock is dropped at once. ``lease`` mode sleeps :data:`LEASE_POLL_SECONDS`.
+        :return: True when the holder let go (or may have), False when *seconds* passed first
+        """
+        if self.mode == "lease":
+            time.sleep(min(seconds, LEASE_POLL_SECONDS))
+            return True
+        if self._released is None:
+            self._released = threading.Event()
+            threading.Thread(target=_wait_shared, args=(self.layout.lock_path(self.lock_id), self._released),
+                             name="trtwarm-lock-wait", daemon=True).start()
+        if not self._released.wait(seconds):
+            return False
+        self._released = None
+        return True
+
+    def owner(self) -> dict[str, Any] | None:
+        """The holder's owner record (advisory)."""
+        return read_owner(self.layout.owner_path(self.lock_id))
+
+    def timeout_error(self) -> LockTimeoutError:
+        """The error for a wait longer than ``timeout``, naming the holder."""
+        return LockTimeoutError(f"gave up after {self.timeout:.0f} s waiting for the build lock of "
+                                f"{self.lock_id[:16]}, held by {describe_owner(self.owner())}")
+
+    def _file_lock(self) -> Any:
+        if self._lock is None:
+            self._lock = file_lock(self.layout, self.lock_id, self.mode)
+        return self._lock
+
+    def _fall_back(self, exc: OSError) -> None:
+        if exc.errno not in _NO_LOCKS or self.mode == "lease" or self.requested_mode == "flock":
+            raise exc
+        log.warning("flock is not supported on %s (%s); falling back to lease locks", self.layout.root, exc.strerror)
+        self.mode, self._lock = "lease", None
+
+    def _acquired(self) -> BuildLock:
         self._started = time.time()
         self._write_owner()
         self._beat = threading.Thread(target=self._heartbeat, name="trtwarm-lock-heartbeat", daemon=True)

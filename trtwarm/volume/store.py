@@ -36,7 +36,15 @@ from trtwarm.fsutil import (
     read_bounded,
 )
 from trtwarm.key import sanitize
-from trtwarm.volume.files import MANIFEST, SIGNATURE, check_digests, check_stats, listed_files, scan_files
+from trtwarm.volume.files import (
+    MANIFEST,
+    SIGNATURE,
+    FileDigest,
+    check_digests,
+    check_stats,
+    listed_files,
+    scan_files,
+)
 from trtwarm.volume.layout import Layout
 
 log = logging.getLogger("trtwarm.store")
@@ -105,15 +113,19 @@ def read_manifest(path: Path) -> dict[str, Any]:
     return doc
 
 
-def check_entry(path: Path, key: str | None, *, digest: bool = True) -> Entry:
+def check_entry(path: Path, key: str | None, *, digest: bool = True, file_digest: FileDigest | None = None) -> Entry:
     """Verify the entry at *path* (for *key*, when given): every listed file's size (and, with *digest*, SHA-256),
-    and no unlisted file. :raises EntryInvalid: with the reason."""
+    and no unlisted file. :raises EntryInvalid: with the reason.
+
+    :param file_digest: how each listed file's digest is obtained (default: hash it); e.g.
+        :meth:`trtwarm.volume.stamps.StampBook.digest`, which skips the hash of a file a trusted stamp vouches for
+    """
     entry = Entry(path, read_manifest(path))
     if key is not None and entry.key != key:
         raise EntryInvalid(f"manifest.json is for another key ({entry.key[:16]})")
     check_entry_stats(entry, scan_files(path))
     if digest:
-        check_digests(path, entry.files)
+        check_digests(path, entry.files, file_digest)
     return entry
 
 
@@ -154,17 +166,18 @@ class EngineStore:
         except FileNotFoundError:
             return None
 
-    def lookup(self, key: str, name: str | None = None,
-               check: Callable[[Entry], None] | None = None) -> Entry | None:
+    def lookup(self, key: str, name: str | None = None, check: Callable[[Entry], None] | None = None,
+               file_digest: FileDigest | None = None) -> Entry | None:
         """Return the verified entry for *key*, or None; a bad entry is quarantined and reported as None.
 
         :param check: an extra check (e.g. a real load); it raises :class:`EntryInvalid` to reject the entry
+        :param file_digest: see :func:`check_entry`
         """
         path = self.find(key, name)
         if path is None:
             return None
         try:
-            entry = check_entry(path, key)
+            entry = check_entry(path, key, file_digest=file_digest)
             if check is not None:
                 check(entry)
         except EntryInvalid as exc:
@@ -291,5 +304,5 @@ def _listdir(path: Path) -> list[Path]:
         return []
 
 
-__all__ = ["MANIFEST", "MANIFEST_LIMIT", "SIGNATURE", "STALE_STAGING_SECONDS", "EngineStore", "Entry",
+__all__ = ["MANIFEST", "MANIFEST_LIMIT", "SIGNATURE", "STALE_STAGING_SECONDS", "EngineStore", "Entry", "FileDigest",
            "check_engine_stat", "check_entry", "check_entry_stats", "read_manifest", "staging_stale"]

@@ -1,0 +1,114 @@
+"""``--verify stamp``: a hit skips the hash only for files this node verified and that provably did not change."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from conftest import cmd_init_args, entries, run_trtwarm
+
+from trtwarm.volume.stamps import RACY_SECONDS, StampBook, identity
+
+
+def _built(model: Path, cache: Path, tmp_path: Path) -> Path:
+    """Build an engine, then let it age past the racy window (a file changed within it is never stamped)."""
+    assert run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h0")).summary["result"] == "built"
+    time.sleep(RACY_SECONDS + 0.2)  # not a timing assertion: a younger file is deliberately not stamped
+    return entries(cache)[0] / "engine.plan"
+
+
+def _stamped_hit(model: Path, cache: Path, tmp_path: Path, *extra: str):  # noqa: ANN202
+    run = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h", "--verify", "stamp", *extra))
+    assert run.returncode == 0, run.stderr
+    return run
+
+
+def _rewrite_keeping_mtime(engine: Path, data: bytes) -> None:
+    """Write *data* in place (same inode, same size), then restore the old atime/mtime: only ctime tells."""
+    before = engine.stat()
+    with open(engine, "r+b") as handle:
+        handle.write(data)
+    os.utime(engine, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = engine.stat()
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
+
+
+def test_second_hit_is_vouched_by_its_stamp_and_a_ctime_change_is_rehashed(model: Path, cache: Path,
+                                                                           tmp_path: Path) -> None:
+    engine = _built(model, cache, tmp_path)
+    first = _stamped_hit(model, cache, tmp_path)
+    assert first.summary["result"] == "hit" and "0 file(s) by stamp, 1 hashed" in first.stderr
+    assert list((tmp_path / "h" / "stamps").iterdir()), "a verified file is stamped on the node"
+    assert not (cache / "stamps").exists() and not (cache / ".stamps").exists()  # never on the shared volume
+    second = _stamped_hit(model, cache, tmp_path)
+    assert second.summary["result"] == "hit" and "1 file(s) by stamp, 0 hashed (0 bytes)" in second.stderr
+    # a writer flips the first byte and restores size and mtime: the stamp no longer matches (ctime), so the
+    # engine is hashed, found corrupt, quarantined and rebuilt
+    original = engine.read_bytes()
+    _rewrite_keeping_mtime(engine, bytes([original[0] ^ 0xFF]))
+    third = _stamped_hit(model, cache, tmp_path)
+    assert third.summary["result"] == "built", third.stderr
+    assert "engine SHA-256 does not match the manifest" in third.stderr
+    assert len(list((cache / ".quarantine").iterdir())) == 1
+
+
+def test_a_replaced_file_with_the_same_bytes_and_mtime_is_rehashed_and_still_a_hit(model: Path, cache: Path,
+                                                                                  tmp_path: Path) -> None:
+    engine = _built(model, cache, tmp_path)
+    _stamped_hit(model, cache, tmp_path)
+    old = engine.stat()
+    copy = engine.with_name("copy.tmp-outside")
+    shutil.copy2(engine, copy)  # same bytes and mtime, another inode
+    os.replace(copy, engine)
+    assert engine.stat().st_ino != old.st_ino and engine.stat().st_mtime_ns == old.st_mtime_ns
+    run = _stamped_hit(model, cache, tmp_path)
+    assert run.summary["result"] == "hit" and "0 file(s) by stamp, 1 hashed" in run.stderr
+
+
+def _forge(book_dir: Path, engine: Path) -> Path:
+    """What an attacker wants: a stamp for the altered file claiming the digest the manifest names."""
+    manifest = json.loads((engine.parent / "manifest.json").read_text())
+    record = book_dir / f"{engine.stat().st_dev:x}-{engine.stat().st_ino:x}.json"
+    record.write_text(json.dumps({"stat": identity(engine.stat()), "sha256": manifest["engine_sha256"],
+                                  "at": time.time(), "path": str(engine)}))
+    return record
+
+
+def test_a_stamp_in_a_directory_others_can_write_is_not_trusted(model: Path, cache: Path, tmp_path: Path) -> None:
+    engine = _built(model, cache, tmp_path)
+    original = engine.read_bytes()
+    _rewrite_keeping_mtime(engine, bytes([original[0] ^ 0xFF]))
+    stamps = tmp_path / "shared-stamps"
+    stamps.mkdir()
+    os.chmod(stamps, 0o777)  # e.g. a stamp directory placed on a volume that other Pods write
+    _forge(stamps, engine)
+    run = _stamped_hit(model, cache, tmp_path, "--stamp-dir", str(stamps))
+    assert "ignoring stamps in" in run.stderr and "writable by others" in run.stderr
+    assert run.summary["result"] == "built" and "engine SHA-256 does not match" in run.stderr
+
+
+def test_a_stamp_record_writable_by_others_is_not_trusted(model: Path, cache: Path, tmp_path: Path) -> None:
+    engine = _built(model, cache, tmp_path)
+    _rewrite_keeping_mtime(engine, bytes([engine.read_bytes()[0] ^ 0xFF]))
+    book = StampBook(tmp_path / "stamps")
+    assert book.usable()
+    record = _forge(book.directory, engine)
+    os.chmod(record, 0o666)
+    manifest = json.loads((engine.parent / "manifest.json").read_text())
+    assert book.digest(engine, manifest["engine_sha256"]) != manifest["engine_sha256"]
+    assert (book.vouched, book.hashed) == (0, 1)
+
+
+def test_a_stamp_is_trusted_for_max_age_only(model: Path, cache: Path, tmp_path: Path) -> None:
+    engine = _built(model, cache, tmp_path)
+    expected = json.loads((engine.parent / "manifest.json").read_text())["engine_sha256"]
+    book = StampBook(tmp_path / "stamps")
+    assert book.digest(engine, expected) == expected and book.digest(engine, expected) == expected
+    assert (book.vouched, book.hashed) == (1, 1)
+    expired = StampBook(tmp_path / "stamps", max_age=0)  # --stamp-max-age 0: every hit hashes (media corruption)
+    assert expired.digest(engine, expected) == expected and (expired.vouched, expired.hashed) == (0, 1)
+    # and a stamp never vouches for a digest other than the one the manifest (or its signature) names
+    assert book.digest(engine, "0" * 64) != "0" * 64

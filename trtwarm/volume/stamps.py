@@ -1,0 +1,146 @@
+"""Verify by stamp (``--verify stamp``): skip re-hashing a file that provably did not change since this node hashed it.
+
+After a file of an entry matched the SHA-256 its manifest names, a **stamp** records the file's identity
+``(device, inode, size, mtime_ns, ctime_ns)`` with that digest. A later hit whose file still has exactly that
+identity, and whose manifest names the same digest, skips the hash: a hit no longer grows with the engine. Any
+difference (a rewrite changes ctime, even when mtime and size are restored; a replaced file has another inode)
+falls back to the full hash, which stamps the file again when it matches.
+
+Threat model (next to signing's, see README "Verification"):
+
+* **Where stamps live.** On node-local storage, never on the shared cache volume: ``--stamp-dir``
+  (``TRTWARM_STAMP_DIR``), by default ``<handoff-dir>/stamps`` (the Pod's own emptyDir); a hostPath directory owned
+  by the init container's uid shares them between the Pods of a node. A writer of the shared volume, who can alter
+  an engine and its manifest, cannot write there, so it cannot vouch for a file it altered.
+* **Who may write them.** Only this uid: a stamp directory that is group- or world-writable, or owned by another
+  uid (other than root), is ignored (with one warning) and every file is hashed, as ssh's ``StrictModes`` does; a
+  record owned by another uid or writable by others is ignored too.
+* **What a stamp proves.** Only "this file still holds the bytes that hashed to D on this node". It never replaces
+  the manifest's digest: a hit is accepted only when the stamp's digest equals the digest the manifest (and, with
+  signing, its verified signature) names, so stamps compose with signatures per file of the manifest.
+* **Outside the model.** Someone who can set a file's ctime (root with the clock or the raw device, an NFS server's
+  administrator) or write the node's stamp directory. Silent media corruption does not change ctime either: a stamp
+  is trusted for ``--stamp-max-age`` (1 day) only, so every node re-hashes each engine it uses at least daily, and
+  ``trtwarm verify`` (which never reads stamps) re-hashes the whole volume when run, e.g. from the gc CronJob.
+
+Like git's "racily clean" rule and :mod:`trtwarm.volume.statcache`, a file changed less than :data:`RACY_SECONDS`
+before it was hashed is not stamped: a second write in the same timestamp tick could otherwise go unseen.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+import time
+from pathlib import Path
+
+from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS, TooLarge, atomic_write_json, read_bounded, sha256_file
+
+log = logging.getLogger("trtwarm.stamps")
+RACY_SECONDS = 2.0
+#: how long a stamp is trusted before the file is hashed again (catches silent media corruption)
+MAX_AGE_SECONDS = 24 * 3600.0
+_LIMIT = 4096
+_UNSAFE_MODE = stat.S_IWGRP | stat.S_IWOTH
+
+
+def identity(st: os.stat_result) -> list[int]:
+    """The fields a stamp is keyed by; any write to the file changes at least ``ctime_ns``."""
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def _owned_safely(st: os.stat_result) -> bool:
+    return st.st_uid in (os.geteuid(), 0) and not st.st_mode & _UNSAFE_MODE
+
+
+class StampBook:
+    """The stamps of one node (a directory), and the per-file digest hook for :func:`trtwarm.volume.store.check_entry`.
+
+    :param directory: node-local and private (see the module's threat model); created 0700 when missing
+    """
+
+    def __init__(self, directory: Path, max_age: float = MAX_AGE_SECONDS) -> None:
+        self.directory, self.max_age = Path(directory), max_age
+        self.vouched = self.hashed = self.hashed_bytes = 0
+        self._usable: bool | None = None
+
+    def usable(self) -> bool:
+        """Whether stamps may be read and written here (checked once; an unsafe directory is ignored, with a warning)."""
+        if self._usable is None:
+            self._usable = self._check_directory()
+        return self._usable
+
+    def _check_directory(self) -> bool:
+        try:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            st = os.stat(self.directory)
+        except OSError as exc:
+            log.warning("stamp directory %s is unusable (%s); hashing every file", self.directory, exc.strerror)
+            return False
+        if not _owned_safely(st):
+            log.warning("ignoring stamps in %s: the directory is writable by others or owned by uid %d (a forged "
+                        "stamp could vouch for an altered engine); hashing every file", self.directory, st.st_uid)
+            return False
+        return True
+
+    def digest(self, path: Path, expected: str) -> str:
+        """The SHA-256 of the file at *path*: *expected* when a trusted stamp vouches for it, else hashed.
+
+        A hash that matches *expected* is stamped. :raises OSError: the file cannot be read
+        """
+        before = os.stat(path)
+        if self.usable() and self._vouches(before, expected):
+            self.vouched += 1
+            return expected
+        actual, size = sha256_file(path)
+        self.hashed, self.hashed_bytes = self.hashed + 1, self.hashed_bytes + size
+        if actual == expected and self.usable():
+            self._record(path, before, actual)
+        return actual
+
+    def _record_path(self, st: os.stat_result) -> Path:
+        return self.directory / f"{st.st_dev:x}-{st.st_ino:x}.json"
+
+    def _vouches(self, st: os.stat_result, expected: str) -> bool:
+        record = self._record_path(st)
+        try:
+            fd = os.open(record, os.O_RDONLY | os.O_NOFOLLOW)
+            try:
+                owner = os.fstat(fd)
+            finally:
+                os.close(fd)
+            doc = json.loads(read_bounded(record, _LIMIT))
+        except FileNotFoundError:
+            return False
+        except (OSError, TooLarge, ValueError) as exc:
+            log.debug("ignoring unreadable stamp %s: %s", record, exc)
+            return False
+        if not _owned_safely(owner):
+            log.warning("ignoring stamp %s: writable by others or owned by uid %d", record, owner.st_uid)
+            return False
+        return (isinstance(doc, dict) and doc.get("stat") == identity(st) and doc.get("sha256") == expected
+                and isinstance(doc.get("at"), (int, float)) and 0 <= time.time() - doc["at"] < self.max_age)
+
+    def _record(self, path: Path, before: os.stat_result, digest: str) -> None:
+        now = time.time()
+        if now - max(before.st_mtime_ns, before.st_ctime_ns) / 1e9 < RACY_SECONDS:
+            log.debug("not stamping %s: changed %.1f s ago", path, now - before.st_ctime_ns / 1e9)
+            return
+        try:
+            if identity(os.stat(path)) != identity(before):  # rewritten while it was hashed
+                return
+            atomic_write_json(self._record_path(before), {"stat": identity(before), "sha256": digest, "at": now,
+                                                          "path": str(path)}, 0o600, durable=False)
+        except OSError as exc:  # a lost stamp costs one hash on the next hit, nothing more
+            if exc.errno not in READ_ONLY_ERRNOS | FULL_ERRNOS:
+                raise
+            log.debug("stamp for %s not written: %s", path, exc.strerror)
+
+    def summary(self) -> str:
+        """``N by stamp, M hashed (B bytes)`` for the log."""
+        return f"{self.vouched} file(s) by stamp, {self.hashed} hashed ({self.hashed_bytes} bytes)"
+
+
+__all__ = ["MAX_AGE_SECONDS", "RACY_SECONDS", "StampBook", "identity"]
