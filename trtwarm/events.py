@@ -9,10 +9,8 @@ failure (no RBAC, unreachable API server) is logged once and disables further ev
 
 from __future__ import annotations
 
-import datetime as dt
 import importlib.util
 import logging
-import queue
 import threading
 import time
 from collections.abc import Mapping
@@ -27,7 +25,7 @@ REASONS = ("EngineCacheHit", "WaitingForEngineBuild", "EngineBuilt", "EngineQuar
 
 def event_body(identity: Identity, reason: str, message: str, kind: str, uid: str | None) -> dict[str, Any]:
     """A ``core/v1`` Event about the Pod *identity* names."""
-    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     return {"apiVersion": "v1", "kind": "Event",
             "metadata": {"name": f"{identity.pod}.{time.time_ns():x}", "namespace": identity.namespace},
             "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": identity.pod,
@@ -44,11 +42,14 @@ class EventRecorder:
         self.identity, self.uid = identity, environ.get("POD_UID") or None
         self._environ = dict(environ)
         self.enabled = bool(identity.pod and identity.namespace and importlib.util.find_spec("kubernetes"))
-        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._queue: Any = None  # a queue.Queue of Event bodies, None-terminated; imported only where Events go
         self._thread: threading.Thread | None = None
         self._queued = False
         self._warn_lock = threading.Lock()
         if self.enabled:  # importing the client and reading its config take ~0.5 s of CPU: do it alongside the init
+            import queue
+
+            self._queue = queue.Queue()
             self._thread = threading.Thread(target=self._send_all, name="trtwarm-events", daemon=True)
             self._thread.start()
 

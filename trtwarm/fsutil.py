@@ -10,7 +10,6 @@ import errno
 import hashlib
 import json
 import os
-import secrets
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +51,7 @@ def fsync_file(path: Path) -> None:
 
 
 def _tmp_name(target: Path) -> Path:
-    return target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    return target.with_name(f".{target.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
 
 
 def atomic_write(target: Path, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:

@@ -55,7 +55,9 @@ def write(handoff_dir: Path, report: WarmReport) -> None:
     atomic_symlink(Path(report.path), handoff_dir / LINK)
     doc = asdict(report)
     doc["ready"] = True
-    atomic_write_json(handoff_dir / REPORT, doc)
+    # not fsynced: the hand-off dir is the Pod's emptyDir, which a node crash (the only thing that loses the page
+    # cache) takes away with the Pod; a container restart sees the data, and the atomic rename still hides halves
+    atomic_write_json(handoff_dir / REPORT, doc, durable=False)
 
 
 #: Triton backend platform and model file name per trtwarm builder (``command`` builds are assumed to be plans)

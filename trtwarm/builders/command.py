@@ -11,7 +11,6 @@ from __future__ import annotations
 import collections
 import logging
 import shlex
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +69,8 @@ class CommandBuilder(Builder):
     def _run(self, argv: list[str], cwd: Path) -> str:
         tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
         try:
+            import subprocess  # only a build runs a command
+
             proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, text=True, errors="replace")
         except OSError as exc:

@@ -56,7 +56,7 @@ def _owned_safely(st: os.stat_result) -> bool:
 
 
 class StampBook:
-    """The stamps of one node (a directory), and the per-file digest hook for :func:`trtwarm.volume.store.check_entry`.
+    """The stamps of one node (a directory); :meth:`digest` is the per-file hook of ``store.check_entry``.
 
     :param directory: node-local and private (see the module's threat model); created 0700 when missing
     """

@@ -17,7 +17,6 @@ import errno
 import json
 import logging
 import os
-import secrets
 import stat
 import time
 from collections.abc import Callable, Iterator
@@ -191,7 +190,7 @@ class EngineStore:
     def quarantine(self, path: Path, reason: str) -> Path | None:
         """Move the entry at *path* into ``.quarantine/`` (kept for inspection); None if it could not be moved."""
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        target = self.layout.quarantine / f"{path.name}.{stamp}.{sanitize(reason, 40)}.{secrets.token_hex(2)}"
+        target = self.layout.quarantine / f"{path.name}.{stamp}.{sanitize(reason, 40)}.{os.urandom(2).hex()}"
         try:
             self.layout.quarantine.mkdir(exist_ok=True)
             os.rename(path, target)
@@ -209,7 +208,7 @@ class EngineStore:
     @contextlib.contextmanager
     def staging(self, key: str) -> Iterator[Path]:
         """Create a private staging directory for a build of *key*; remove it afterwards unless published."""
-        name = f"{key[:16]}.{_host()}.{os.getpid()}.{secrets.token_hex(4)}"
+        name = f"{key[:16]}.{_host()}.{os.getpid()}.{os.urandom(4).hex()}"
         path = self.layout.staging / name
         path.mkdir(mode=self.layout.dir_mode())
         try:
@@ -261,8 +260,10 @@ class EngineStore:
         """Record that *key* was used now (for LRU garbage collection); ignored on a read-only volume."""
         path = self.layout.use_path(key)
         try:
-            path.touch(mode=self.layout.file_mode())
-            os.utime(path)
+            try:
+                os.utime(path)  # one syscall on every hit but an entry's first
+            except FileNotFoundError:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT, self.layout.file_mode()))
         except OSError as exc:
             if exc.errno not in READ_ONLY_ERRNOS | {errno.ENOENT}:
                 raise
