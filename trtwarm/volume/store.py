@@ -89,7 +89,7 @@ class Entry:
 def read_manifest(path: Path) -> dict[str, Any]:
     """Read and shape-check ``<entry>/manifest.json``. :raises EntryInvalid: missing, huge, garbage, incomplete."""
     try:
-        doc = json.loads(read_bounded(path / MANIFEST, MANIFEST_LIMIT))
+        doc = json.loads(read_bounded(os.path.join(path, MANIFEST), MANIFEST_LIMIT))  # str: 10,000 in `ls --json`
     except FileNotFoundError:
         raise EntryInvalid("manifest.json is missing") from None
     except TooLarge:

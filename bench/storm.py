@@ -1,0 +1,128 @@
+"""Storm and takeover benchmarks: ``trtwarm init`` against the seed's shell protocol, run side by side.
+
+The seed protocol (one builder by ``flock -n``, everyone else polls for the file)::
+
+    flock -n LOCK -c 'build > ENGINE' || while [ ! -f ENGINE ]; do sleep 1; done
+
+Both protocols run the same build: sleep, then write the engine in 64 KiB chunks over ~0.2 s, as a serializer
+writing a large engine does. The seed writes the engine in place, so a poller can read it half-written (a torn read,
+counted by comparing the bytes); trtwarm builds in staging and publishes by one rename.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+WRITER = ("import sys,time\nsrc=open(sys.argv[1],'rb').read()\nwith open(sys.argv[2],'wb') as f:\n"
+          "    for i in range(0,len(src),65536):\n        f.write(src[i:i+65536]); f.flush(); time.sleep(0.0125)\n")
+
+
+def _writer(work: Path) -> tuple[Path, Path]:
+    """The engine source (1 MiB) and the chunked writer script."""
+    src, script = work / "engine-src", work / "writer.py"
+    if not src.exists():
+        src.write_bytes(os.urandom(1 << 20))
+        script.write_text(WRITER)
+    return src, script
+
+
+def _until(predicate, timeout: float) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise RuntimeError("bench: condition not reached")
+        time.sleep(0.05)
+
+
+def _staggered(n: int, start) -> list[subprocess.Popen]:  # noqa: ANN001
+    """Start *n* processes spread evenly over one second, as Pods of a rollout start (both protocols alike): the
+    seed's one-second polls then fall at every phase of the publish, instead of all at the same instant."""
+    procs = []
+    for i in range(n):
+        procs.append(start(i))
+        time.sleep(1.0 / n)
+    return procs
+
+
+def seed_storm(work: Path, n: int, build_seconds: float) -> dict[str, object]:
+    """N shell processes of the seed protocol; ready times after the engine is complete, torn reads."""
+    src, script = _writer(work)
+    run = work / f"seed-{n}"
+    run.mkdir()
+    engine, lock = run / "engine.plan", run / "lock"
+    build = (f"echo $$ >> {run}/builds; sleep {build_seconds}; {sys.executable} {script} {src} {engine}; "
+             f"date +%s.%N > {run}/published")
+    waiter = (f"flock -n {lock} -c '{build}' || while [ ! -f {engine} ]; do sleep 1; done; "
+              f"if cmp -s {src} {engine}; then r=ok; else r=torn; fi; echo \"$(date +%s.%N) $r\" >> {run}/ready")
+    procs = _staggered(n, lambda _i: subprocess.Popen(["sh", "-c", waiter]))
+    codes = [p.wait() for p in procs]
+    published = float((run / "published").read_text())
+    lines = [line.split() for line in (run / "ready").read_text().splitlines()]
+    # a torn reader is "ready" with a broken engine, possibly before the publish: only whole engines count
+    after = sorted(float(t) - published for t, r in lines if r == "ok")
+    return {"n": n, "builds": len((run / "builds").read_text().split()), "exit_ok": codes.count(0),
+            "median_s": statistics.median(after), "last_s": max(after),
+            "torn": sum(1 for _, r in lines if r == "torn")}
+
+
+def trtwarm_storm(work: Path, n: int, build_seconds: float, init_argv, env: dict[str, str],  # noqa: ANN001
+                  model: Path) -> dict[str, object]:
+    """N ``trtwarm init`` processes on an empty key; ready (engine.json written) after publish (the rename)."""
+    src, script = _writer(work)
+    run = work / f"trtwarm-{n}"
+    run.mkdir()
+    cache = run / "cache"
+    # warm the stat cache with another key, as on any volume that served this model before
+    subprocess.run([*init_argv(model, cache, run / "h-warm", "cp {model} {output}"), "--key-extra", "w=1"],
+                   check=True, capture_output=True, env=env)
+    command = f"sh -c 'echo $$ >> {run}/builds; sleep {build_seconds}; {sys.executable} {script} {src} {{output}}'"
+    procs = _staggered(n, lambda i: subprocess.Popen(init_argv(model, cache, run / f"h{i}", command), env=env,
+                                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+    outs = [p.communicate()[0] for p in procs]
+    results = [out.strip().splitlines()[-1] if out.strip() else "" for out in outs]
+    published = (cache / "entries").stat().st_mtime  # the publishing rename is the last change to entries/
+    after = sorted((run / f"h{i}" / "engine.json").stat().st_mtime - published for i in range(n))
+    torn = sum(1 for i in range(n) if (run / f"h{i}" / "engine").read_bytes() != src.read_bytes())
+    return {"n": n, "builds": len((run / "builds").read_text().split()),
+            "exit_ok": sum(1 for p in procs if p.returncode == 0), "last_s": max(after),
+            "median_s": statistics.median(after), "torn": torn,
+            "waited": sum(1 for r in results if '"waited"' in r), "hit": sum(1 for r in results if '"hit"' in r)}
+
+
+def takeover(work: Path, init_argv, env: dict[str, str], model: Path) -> dict[str, object]:  # noqa: ANN001
+    """SIGKILL a builder with 4 waiters behind it: seconds until a waiter's build starts, vs a fresh init's start."""
+    run = work / "takeover"
+    run.mkdir()
+    gate = run / "gate"
+    gate.touch()
+    command = (f"sh -c 'date +%s.%N >> {run}/starts; while [ -e {gate} ]; do sleep 0.01; done; "
+               "cp {model} {output}'")
+    cache = run / "cache"
+    start = time.time()
+    builder = subprocess.Popen(init_argv(model, cache, run / "h0", command), env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    starts = run / "starts"
+    _until(starts.exists, 60)
+    fresh = float(starts.read_text().split()[0]) - start
+    waiters = [subprocess.Popen([*init_argv(model, cache, run / f"h{i}", command), "--progress-interval", "1s"],
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+               for i in range(1, 5)]
+    time.sleep(3.0)  # let the waiters block behind the builder (2 cores: four Python starts)
+    killed = time.time()
+    os.killpg(builder.pid, signal.SIGKILL)
+    builder.wait()
+    _until(lambda: len(starts.read_text().split()) >= 2, 60)
+    took = float(starts.read_text().split()[1]) - killed
+    gate.unlink()
+    codes = [w.wait(60) for w in waiters]
+    return {"takeover_s": took, "fresh_start_s": fresh, "builds": len(starts.read_text().split()),
+            "exit_ok": codes.count(0)}
+
+
+__all__ = ["seed_storm", "takeover", "trtwarm_storm"]

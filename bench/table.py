@@ -1,0 +1,98 @@
+"""The one benchmark table of ``bench/run.py``: a row per measurement, its baseline, the ratio and the target."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+MiB = 1 << 20
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds >= 0.01 else f"{seconds * 1000:.2f} ms"
+
+
+def _row(what: str, measured: str, baseline: str, ratio: float | None, target: str, ok: bool | None) -> str:
+    verdict = "" if ok is None else ("met" if ok else "MISSED")
+    return f"| {what} | {measured} | {baseline} | {'' if ratio is None else f'{ratio:.2f}'} | {target} | {verdict} |"
+
+
+def _hit_rows(hit: dict) -> list[str]:
+    rows, small = [], hit["sizes"][0]
+    for r in hit["sizes"]:
+        size = f"{r['bytes'] // MiB} MiB" if r["bytes"] < 1 << 30 else f"{r['bytes'] >> 30} GiB"
+        if "digest_s" in r:
+            ratio = r["digest_s"] / r["hash_floor_s"]
+            big = r["bytes"] >= 1 << 30
+            rows.append(_row(f"hit, {size} engine, `--verify digest`", _ms(r["digest_s"]),
+                             f"read + SHA-256 in Python: {_ms(r['hash_floor_s'])}", ratio, "≤ 1.15" if big else "",
+                             ratio <= 1.15 if big else None))
+        else:
+            rows.append(_row(f"hit, {size} engine, `--verify digest`", "skipped (`--skip-8g-digest`)", "", None,
+                             "≤ 1.15", None))
+        if r is small:
+            ratio = r["stamp_s"] / hit["floor_s"]
+            rows.append(_row(f"hit, {size} engine, `--verify stamp`", _ms(r["stamp_s"]),
+                             f"`python -c pass`: {_ms(hit['floor_s'])}", ratio, "≤ 2.5", ratio <= 2.5))
+        else:
+            ratio = r["stamp_s"] / small["stamp_s"]
+            rows.append(_row(f"hit, {size} engine, `--verify stamp`", _ms(r["stamp_s"]),
+                             f"hit of the 10 MiB engine: {_ms(small['stamp_s'])}", ratio, "≤ 1.5", ratio <= 1.5))
+    return rows
+
+
+def _storm_rows(storm: list[dict], takeover: dict | None) -> list[str]:
+    rows = []
+    for r in storm:
+        ours, seed = r["trtwarm"], r["seed"]
+        ratio = ours["last_s"] / seed["median_s"]
+        ok = ours["builds"] == 1 and ours["torn"] == 0 and ours["exit_ok"] == r["n"] and ratio <= 0.5
+        rows.append(_row(f"storm of {r['n']} (build {r['build_seconds']:.0f} s): last ready after publish",
+                         f"{_ms(ours['last_s'])}; {ours['builds']} build, {ours['exit_ok']}/{r['n']} exit 0, "
+                         f"{ours['waited']} waited, {ours['torn']} torn",
+                         f"seed protocol: median {_ms(seed['median_s'])}, last {_ms(seed['last_s'])}; "
+                         f"{seed['builds']} build, {seed['torn']} torn", ratio, "≤ 0.5, 1 build, 0 torn", ok))
+    if takeover:
+        ratio = takeover["takeover_s"] / takeover["fresh_start_s"]
+        rows.append(_row("crash takeover: SIGKILL of the builder → a waiter's build starts",
+                         f"{_ms(takeover['takeover_s'])}; {takeover['exit_ok']}/4 exit 0, {takeover['builds']} builds",
+                         f"a fresh init's start → its build: {_ms(takeover['fresh_start_s'])}", ratio, "≤ 1",
+                         ratio <= 1))
+    return rows
+
+
+def render(hit: dict, storm: list[dict], takeover: dict | None, key: dict, lifecycle: list[dict],
+           scrape: list[dict]) -> str:
+    """The one table."""
+    lines = [f"Measured {time.strftime('%Y-%m-%d')} on {os.uname().nodename}, {os.cpu_count()} CPUs "
+             f"({_cpu_model()}), by `python bench/run.py`.", "",
+             "| what | measured | baseline, measured beside it | ratio | target | |", "|---|---|---|---|---|---|"]
+    lines += _hit_rows(hit) + _storm_rows(storm, takeover)
+    lines.append(_row("key resolution, 1 GiB model, stat cache", _ms(key["stat_cache_s"]),
+                      f"full hash: {_ms(key['full_hash_s'])}", key["stat_cache_s"] / key["full_hash_s"], "≤ 10 ms",
+                      key["ok"]))
+    lines += [_row(f"`trtwarm {r['command']}`, {r['n']:,} entries", _ms(r["seconds"]),
+                   f"read every manifest: {_ms(r['floor_s'])}", r["ratio"], f"≤ {r['target_s']} s", r["ok"])
+              for r in lifecycle]
+    for r in scrape:
+        lines.append(_row(f"sidecar `/metrics` p99, {r['n']:,} entries", _ms(r["scrape_p99_s"]),
+                          f"`/healthz` p50: {_ms(r['healthz_p50_s'])}", r["scrape_p99_s"] / r["healthz_p50_s"],
+                          "≤ 50 ms", r["ok"]))
+        lines.append(_row("sidecar: p99 of 200 concurrent scrapes", _ms(r["concurrent_p99_s"]),
+                          f"serial scrape p50: {_ms(r['scrape_p50_s'])}", r["concurrent_p99_s"] / r["scrape_p50_s"],
+                          "", None))
+    return "\n".join(lines) + "\n"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+__all__ = ["render"]
