@@ -5,10 +5,13 @@
     resolve key ─► verified entry? ──yes──► hit
                         │ no
                         ▼
-                 take the key's lock (waiters log every 10 s) ─► entry appeared? ──yes──► waited
-                        │ no
+                 entry appeared? ──yes──► waited   (waiters sleep until the holder lets go, all at once,
+                        │ no                               and log every 10 s; none queues for the lock)
                         ▼
-                 build in staging ─► load check ─► publish (one rename) ─► built
+                 take the key's lock? ──no──► wait again
+                        │ yes
+                        ▼
+                 build in staging ─► load check ─► publish (one rename) ─► release ─► built
 
 Idempotent: a restarted init finds the entry it published and is a fast hit.
 """
@@ -214,30 +217,6 @@ def _on_wait(plan: Plan, gpu_lock: str | None = None) -> Callable[[float, dict[s
     return report
 
 
-def _take_or_wait(plan: Plan, lock: BuildLock) -> bool:
-    """Take the key's lock (True) or see the entry appear (False), whichever comes first.
-
-    Nobody queues: a waiter sleeps until the holder lets go (every waiter of a key wakes at once, see
-    :meth:`BuildLock.wait_released`), then looks for the entry before it tries the lock, so after a publish no waiter
-    takes the lock; after a builder died, one waiter takes it over and the others wait for that one.
-    """
-    start = time.monotonic()
-    report, next_report = _on_wait(plan), start + plan.settings.progress_interval
-    while True:
-        lock.waited = time.monotonic() - start
-        if plan.store.find(plan.key, plan.name) is not None:
-            return False
-        if lock.try_acquire():
-            return True
-        now = time.monotonic()
-        if now - start >= plan.settings.lock_timeout:
-            raise lock.timeout_error()
-        lock.wait_released(max(0.0, min(next_report, start + plan.settings.lock_timeout) - now))
-        if time.monotonic() >= next_report:
-            report(time.monotonic() - start, lock.owner())
-            next_report += plan.settings.progress_interval
-
-
 def _single_flight(plan: Plan) -> tuple[Entry | None, str]:
     """Take the key's lock and build, or wait for the entry; verify it after the lock is released (None: it failed).
 
@@ -247,9 +226,9 @@ def _single_flight(plan: Plan) -> tuple[Entry | None, str]:
     s = plan.settings
     plan.layout.ensure()
     lock = BuildLock(plan.layout, plan.key, s.identity, mode=s.lock_mode, timeout=s.lock_timeout,
-                     progress=s.progress_interval, label=plan.name)
+                     on_wait=_on_wait(plan), progress=s.progress_interval, label=plan.name)
     result = "waited"
-    if _take_or_wait(plan, lock):
+    if lock.take_or_wait(lambda: plan.store.find(plan.key, plan.name) is not None):
         try:
             log.info("holding the build lock of %s", plan.label)
             if plan.store.find(plan.key, plan.name) is None:  # else: published between our miss and the lock

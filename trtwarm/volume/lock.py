@@ -180,6 +180,31 @@ class BuildLock:
             self._acquired()
             return True
 
+    def take_or_wait(self, appeared: Callable[[], bool]) -> bool:
+        """Take the lock (True) or see *appeared* become true (False), whichever comes first; ``on_wait`` reports.
+
+        Nobody queues: a waiter sleeps until the holder lets go (every waiter wakes at once, see
+        :meth:`wait_released`), then checks *appeared* (e.g. the entry was published) before it tries the lock, so
+        after a publish no waiter takes the lock; after a holder died, one waiter takes it and the others sleep again.
+        :raises LockTimeoutError: after ``timeout`` seconds, naming the holder
+        """
+        start = time.monotonic()
+        next_report = start + self.progress
+        while True:
+            self.waited = time.monotonic() - start
+            if appeared():
+                return False
+            if self.try_acquire():
+                return True
+            now = time.monotonic()
+            if now - start >= self.timeout:
+                raise self.timeout_error()
+            self.wait_released(max(0.0, min(next_report, start + self.timeout) - now))
+            if time.monotonic() >= next_report:
+                if self.on_wait is not None:
+                    self.on_wait(time.monotonic() - start, self.owner())
+                next_report += self.progress
+
     def wait_released(self, seconds: float) -> bool:
         """Wait up to *seconds* for the current holder to let go (publish, fail or die); never takes the lock.
 

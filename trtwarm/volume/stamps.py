@@ -67,7 +67,7 @@ class StampBook:
         self._usable: bool | None = None
 
     def usable(self) -> bool:
-        """Whether stamps may be read and written here (checked once; an unsafe directory is ignored, with a warning)."""
+        """Whether stamps may be used here (checked once; an unsafe directory is ignored, with a warning)."""
         if self._usable is None:
             self._usable = self._check_directory()
         return self._usable
