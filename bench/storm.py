@@ -40,6 +40,11 @@ def _until(predicate, timeout: float) -> None:  # noqa: ANN001
         time.sleep(0.05)
 
 
+def _gated(gate: Path, seconds: float) -> str:
+    """The build's wait: at least *seconds*, and until the bench removes *gate* (every waiter is waiting)."""
+    return f"sleep {seconds}; while [ -e {gate} ]; do sleep 0.05; done"
+
+
 def _staggered(n: int, start) -> list[subprocess.Popen]:  # noqa: ANN001
     """Start *n* processes spread evenly over one second, as Pods of a rollout start (both protocols alike): the
     seed's one-second polls then fall at every phase of the publish, instead of all at the same instant."""
@@ -56,11 +61,15 @@ def seed_storm(work: Path, n: int, build_seconds: float) -> dict[str, object]:
     run = work / f"seed-{n}"
     run.mkdir()
     engine, lock = run / "engine.plan", run / "lock"
-    build = (f"echo $$ >> {run}/builds; sleep {build_seconds}; {sys.executable} {script} {src} {engine}; "
+    gate = run / "gate"
+    gate.touch()
+    build = (f"echo $$ >> {run}/builds; {_gated(gate, build_seconds)}; {sys.executable} {script} {src} {engine}; "
              f"date +%s.%N > {run}/published")
     waiter = (f"flock -n {lock} -c '{build}' || while [ ! -f {engine} ]; do sleep 1; done; "
               f"if cmp -s {src} {engine}; then r=ok; else r=torn; fi; echo \"$(date +%s.%N) $r\" >> {run}/ready")
     procs = _staggered(n, lambda _i: subprocess.Popen(["sh", "-c", waiter]))
+    time.sleep(2.0)  # every shell is past `flock -n` and in its polling loop
+    gate.unlink()
     codes = [p.wait() for p in procs]
     published = float((run / "published").read_text())
     lines = [line.split() for line in (run / "ready").read_text().splitlines()]
@@ -81,9 +90,17 @@ def trtwarm_storm(work: Path, n: int, build_seconds: float, init_argv, env: dict
     # warm the stat cache with another key, as on any volume that served this model before
     subprocess.run([*init_argv(model, cache, run / "h-warm", "cp {model} {output}"), "--key-extra", "w=1"],
                    check=True, capture_output=True, env=env)
-    command = f"sh -c 'echo $$ >> {run}/builds; sleep {build_seconds}; {sys.executable} {script} {src} {{output}}'"
-    procs = _staggered(n, lambda i: subprocess.Popen(init_argv(model, cache, run / f"h{i}", command), env=env,
-                                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+    gate = run / "gate"
+    gate.touch()
+    command = (f"sh -c 'echo $$ >> {run}/builds; {_gated(gate, build_seconds)}; {sys.executable} {script} {src} "
+               "{output}'")
+    logs = [run / f"h{i}.log" for i in range(n)]
+    procs = _staggered(n, lambda i: subprocess.Popen([*init_argv(model, cache, run / f"h{i}", command),
+                                                      "--progress-interval", "1s"], env=env, stdout=subprocess.PIPE,
+                                                     stderr=logs[i].open("w"), text=True))
+    # every waiter is provably blocked (it logged a progress line) before the build may finish, as the seed's are
+    _until(lambda: sum("waiting for" in log.read_text() for log in logs) >= n - 1, 600)
+    gate.unlink()
     outs = [p.communicate()[0] for p in procs]
     results = [out.strip().splitlines()[-1] if out.strip() else "" for out in outs]
     published = (cache / "entries").stat().st_mtime  # the publishing rename is the last change to entries/

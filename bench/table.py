@@ -48,7 +48,7 @@ def _storm_rows(storm: list[dict], takeover: dict | None) -> list[str]:
         ours, seed = r["trtwarm"], r["seed"]
         ratio = ours["last_s"] / seed["median_s"]
         ok = ours["builds"] == 1 and ours["torn"] == 0 and ours["exit_ok"] == r["n"] and ratio <= 0.5
-        rows.append(_row(f"storm of {r['n']} (build {r['build_seconds']:.0f} s): last ready after publish",
+        rows.append(_row(f"storm of {r['n']}: last ready after publish",
                          f"{_ms(ours['last_s'])}; {ours['builds']} build, {ours['exit_ok']}/{r['n']} exit 0, "
                          f"{ours['waited']} waited, {ours['torn']} torn",
                          f"seed protocol: median {_ms(seed['median_s'])}, last {_ms(seed['last_s'])}; "
