@@ -37,6 +37,9 @@ HEARTBEAT_SECONDS = 5.0
 PROGRESS_SECONDS = 10.0
 POLL_SECONDS = 0.02
 LEASE_POLL_SECONDS = 0.1
+#: the longest a waiter sleeps between looks for the entry, even while its shared flock has not been granted: an NFS
+#: client without lock callbacks retries a blocked lock on its own schedule (up to 30 s), a look costs one stat
+LOOK_SECONDS = 0.5
 _NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS})
 
 
@@ -199,7 +202,7 @@ class BuildLock:
             now = time.monotonic()
             if now - start >= self.timeout:
                 raise self.timeout_error()
-            self.wait_released(max(0.0, min(next_report, start + self.timeout) - now))
+            self.wait_released(max(0.0, min(next_report, start + self.timeout, now + LOOK_SECONDS) - now))
             if time.monotonic() >= next_report:
                 if self.on_wait is not None:
                     self.on_wait(time.monotonic() - start, self.owner())
