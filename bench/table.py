@@ -62,13 +62,21 @@ def _storm_rows(storm: list[dict], takeover: dict | None) -> list[str]:
     return rows
 
 
+def trust_row(r: dict) -> str:
+    """The signature-check row (``--only trust`` replaces just this row in README.md)."""
+    return _row("hit with signature check (Ed25519, `--trust-mode enforce`), 10 MiB engine",
+                f"{_ms(r['enforce_s'])}; the check alone, in process: {r['check_s'] * 1000:.1f} ms wall, "
+                f"{r['check_cpu_s'] * 1000:.1f} ms CPU (load {r['load']:.1f})",
+                f"same hit, trust off: {_ms(r['off_s'])}", r["ratio"], "≤ 5 ms added", r["ok"])
+
+
 def render(hit: dict, storm: list[dict], takeover: dict | None, key: dict, lifecycle: list[dict],
-           scrape: list[dict]) -> str:
+           scrape: list[dict], trust: dict | None = None) -> str:
     """The one table."""
     lines = [f"Measured {time.strftime('%Y-%m-%d')} on {os.uname().nodename}, {os.cpu_count()} CPUs "
              f"({_cpu_model()}), by `python bench/run.py`.", "",
              "| what | measured | baseline, measured beside it | ratio | target | |", "|---|---|---|---|---|---|"]
-    lines += _hit_rows(hit) + _storm_rows(storm, takeover)
+    lines += _hit_rows(hit) + ([trust_row(trust)] if trust else []) + _storm_rows(storm, takeover)
     lines.append(_row("key resolution, 1 GiB model, stat cache", _ms(key["stat_cache_s"]),
                       f"full hash: {_ms(key['full_hash_s'])}", key["stat_cache_s"] / key["full_hash_s"], "≤ 10 ms",
                       key["ok"]))
@@ -95,4 +103,4 @@ def _cpu_model() -> str:
     return "unknown CPU"
 
 
-__all__ = ["render"]
+__all__ = ["render", "trust_row"]
