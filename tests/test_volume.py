@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,3 +61,18 @@ def test_enospc_while_publishing_leaves_no_partial_entry(model: Path, tmpfs: Pat
     again = run_trtwarm(*args)
     assert again.returncode == 0, again.stderr
     assert again.summary["result"] == "built" and len(entries(cache)) == 1
+
+
+def test_a_setgid_group_shared_volume_keeps_its_group_all_the_way_down(model: Path, tmp_path: Path) -> None:
+    """fsGroup's volume root is group-writable and setgid: entries must carry that group (not the builder's primary
+    group), so another uid of the group can later move them (gc); this runs as root, whose primary group is 0."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    os.chown(cache, 0, 2000)
+    cache.chmod(0o2775)
+    built = run_trtwarm(*ort_init_args(model, cache, tmp_path / "h"))
+    assert built.returncode == 0, built.stderr
+    (entry,) = entries(cache)
+    for path in (cache / "entries", entry, *entry.iterdir()):
+        assert os.stat(path).st_gid == 2000, path
+    assert os.stat(entry).st_mode & 0o7777 == 0o2775
