@@ -25,7 +25,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY trtwarm ./trtwarm
 RUN --mount=type=bind,source=images/wheelhouse,target=/wheelhouse \
-    python3 -m venv /tmp/pip && /tmp/pip/bin/pip wheel --no-deps -w /dist .
+    python3 -m venv /tmp/pip && /tmp/pip/bin/pip wheel --no-deps -w /dist . && rm -rf /tmp/pip
 
 # ---- init: BASE_IMAGE + trtwarm (+ TensorRT when asked) ---------------------------------------------------------
 FROM ${BASE_IMAGE} AS init
