@@ -56,7 +56,8 @@ RUN --mount=type=bind,source=images/wheelhouse,target=/wheelhouse \
 ARG BASE_IMAGE
 ARG REVISION=unknown
 ARG CREATED=unknown
-RUN python /usr/local/lib/trtwarm/labels.py init "${BASE_IMAGE}" "${REVISION}" "${CREATED}" > /opt/trtwarm/labels \
+RUN python /usr/local/lib/trtwarm/labels.py init "${BASE_IMAGE}" "${REVISION}" "${CREATED}" \
+      "${TENSORRT_PACKAGE:+${TENSORRT_VERSION}}" > /opt/trtwarm/labels \
     && cat /opt/trtwarm/labels
 LABEL org.opencontainers.image.title="trtwarm-init" \
       org.opencontainers.image.description="Build TensorRT engines once per cache key; every other Pod reuses them" \

@@ -2,7 +2,7 @@
 
 ``python bench/images.py`` builds both images from this checkout with podman (``tests/podman_images.py``: a base made
 from Debian packages, no registry), measures, and replaces the table between the ``<!-- bench-images -->`` markers
-in README.md; ``bench/run.py`` runs it too. Where podman cannot run, it says why and measures nothing.
+in README.md; ``bench/run.py`` runs it too (``--only images``). Where podman cannot run, it says why and measures nothing.
 
 * sizes: the sidecar image, and the init image without TensorRT (``TENSORRT_PACKAGE=""``), on the Debian base;
 * start: ``podman run -d`` of the sidecar to the first ``/healthz`` 200 through a published port, vs the same
@@ -12,6 +12,7 @@ in README.md; ``bench/run.py`` runs it too. Where podman cannot run, it says why
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -71,6 +72,11 @@ def _start_times(podman, sidecar: str, work: Path, repeat: int) -> tuple[float, 
     return statistics.median(container), statistics.median(host)
 
 
+def _result(stdout: str) -> str:
+    """The init's result, from its one-line JSON summary (the last stdout line)."""
+    return json.loads(stdout.strip().splitlines()[-1])["result"]
+
+
 def _hit_times(podman, init: str, work: Path, repeat: int) -> tuple[float, float, bool]:  # noqa: ANN001
     """Median wall time of a hit on a 10 MiB engine: a fresh init container vs a host process, same volume."""
     from conftest import env_for
@@ -92,7 +98,7 @@ def _hit_times(podman, init: str, work: Path, repeat: int) -> tuple[float, float
     container = []
     for _ in range(repeat):
         start = time.perf_counter()
-        assert '"result": "hit"' in podman.run(*container_argv).stdout
+        assert _result(podman.run(*container_argv).stdout) == "hit"
         container.append(time.perf_counter() - start)
     # The host runs the same flags against the same volume; /models/in is the host's models dir there.
     host_flags = [f.replace("/models/in", str(models)) for f in flags]
@@ -103,7 +109,7 @@ def _hit_times(podman, init: str, work: Path, repeat: int) -> tuple[float, float
         start = time.perf_counter()
         out = subprocess.run(host_argv, check=True, capture_output=True, text=True, env=env_for()).stdout
         host.append(time.perf_counter() - start)
-    return statistics.median(container), statistics.median(host), '"result": "hit"' in out
+    return statistics.median(container), statistics.median(host), _result(out) == "hit"
 
 
 def bench_images(work: Path, repeat: int = 5) -> dict[str, object] | str:
@@ -150,13 +156,18 @@ def render_images(result: dict[str, object] | str) -> str:
     ]) + "\n"
 
 
+def write_readme(table: str) -> None:
+    """Replace the README's image block with *table*."""
+    readme = ROOT / "README.md"
+    readme.write_text(re.sub(r"(<!-- bench-images -->\n).*?(<!-- /bench-images -->)", lambda m: m[1] + table + m[2],
+                             readme.read_text(), flags=re.S))
+
+
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="trtwarm-bench-images-") as tmp:
         table = render_images(bench_images(Path(tmp)))
     print(table)
-    readme = ROOT / "README.md"
-    readme.write_text(re.sub(r"(<!-- bench-images -->\n).*?(<!-- /bench-images -->)", lambda m: m[1] + table + m[2],
-                             readme.read_text(), flags=re.S))
+    write_readme(table)
     return 0
 
 

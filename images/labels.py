@@ -6,7 +6,9 @@ A Dockerfile ``LABEL`` cannot hold a value computed while building, so the build
 installed distribution's metadata, else ``tensorrt.__version__``), so the label names the TensorRT the engines
 are built with, whichever way it came into the image (TENSORRT_PACKAGE, or the base image's own).
 
-Usage: ``python labels.py init|sidecar BASE_IMAGE REVISION CREATED``
+Usage: ``python labels.py init|sidecar BASE_IMAGE REVISION CREATED [EXPECTED_TENSORRT_VERSION]``; with the last
+argument (the build pinned a TensorRT) a different version found is an error that fails the build, e.g. a base
+image's own TensorRT shadowing the one asked for.
 """
 
 from __future__ import annotations
@@ -39,5 +41,11 @@ def labels(target: str, base: str, revision: str, created: str) -> dict[str, str
 
 
 if __name__ == "__main__":
-    for key, value in labels(*sys.argv[1:5]).items():
+    found = labels(*sys.argv[1:5])
+    expected = sys.argv[5] if len(sys.argv) > 5 else ""
+    if expected and found.get("io.trtwarm.tensorrt.version") != expected:
+        sys.exit(f"error: TENSORRT_VERSION={expected} was installed, but trtwarm finds TensorRT "
+                 f"{found.get('io.trtwarm.tensorrt.version')} ({found.get('io.trtwarm.tensorrt.distribution')}); "
+                 "hint: the base image has its own TensorRT: build with TENSORRT_PACKAGE= to use it")
+    for key, value in found.items():
         print(f"{key}={' '.join(value.split())}")
