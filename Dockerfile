@@ -7,6 +7,7 @@
 #                     server's image, so the init runs on the server's own TensorRT (then TENSORRT_PACKAGE="")
 #   TENSORRT_PACKAGE  pip distribution to install (tensorrt-cu12, tensorrt-cu13); "" installs none
 #   TENSORRT_VERSION  its exact version; "" takes the newest. Engines are version-locked: match the server's
+#   CUDA_BINDINGS     cuda-bindings for `trtwarm selftest` (auto: 12.x for a -cu12 package, 13.x for -cu13); "" none
 #   TRTWARM_UID/GID   the non-root ids (1000, as the chart's runAsUser); an existing account with that uid is reused
 # Both: PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_TRUSTED_HOST, PIP_NO_INDEX=1 (a mirror, or offline: wheels put in
 # images/wheelhouse/ are offered to every pip step through a bind mount, never a layer), REVISION, CREATED.
@@ -51,8 +52,13 @@ RUN --mount=type=bind,source=images/wheelhouse,target=/wheelhouse \
 # Declared here so that changing them reuses the layers above.
 ARG TENSORRT_PACKAGE=tensorrt-cu12
 ARG TENSORRT_VERSION=10.16.1.11
+ARG CUDA_BINDINGS=auto
 RUN --mount=type=bind,source=images/wheelhouse,target=/wheelhouse \
-    if [ -n "${TENSORRT_PACKAGE}" ]; then pip install "${TENSORRT_PACKAGE}${TENSORRT_VERSION:+==${TENSORRT_VERSION}}"; fi
+    cuda="${CUDA_BINDINGS}"; \
+    if [ "$cuda" = auto ]; then case "${TENSORRT_PACKAGE}" in \
+      *-cu12*) cuda="cuda-bindings>=12.9,<13" ;; *-cu13*) cuda="cuda-bindings>=13,<14" ;; *) cuda="" ;; esac; fi; \
+    if [ -n "${TENSORRT_PACKAGE}" ]; then \
+      pip install "${TENSORRT_PACKAGE}${TENSORRT_VERSION:+==${TENSORRT_VERSION}}" ${cuda:+"$cuda"}; fi
 ARG BASE_IMAGE
 ARG REVISION=unknown
 ARG CREATED=unknown

@@ -119,7 +119,9 @@ def test_dockerfile_fetches_nothing_at_parse_time_and_never_installs_the_tensorr
     assert 'ARG TENSORRT_PACKAGE=tensorrt-cu12' in dockerfile
     extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["tensorrt"]
     default = re.search(r"ARG TENSORRT_VERSION=(\S+)", dockerfile)[1]
-    assert extra == [f"tensorrt-cu12=={default}"]  # the image's default TensorRT is the release's pin
+    assert extra[0] == f"tensorrt-cu12=={default}"  # the image's default TensorRT is the release's pin
+    cuda = next(dep for dep in extra if dep.startswith("cuda-bindings"))
+    assert f'*-cu12*) cuda="{cuda}"' in dockerfile  # and selftest's CUDA bindings the extra's
 
 
 def test_sidecar_pins_are_pyprojects() -> None:
