@@ -142,8 +142,7 @@ def render_images(result: dict[str, object] | str) -> str:
     r, mb = result, 1e6
     return "\n".join([
         f"Measured {time.strftime('%Y-%m-%d')} on {len(os.sched_getaffinity(0))} CPUs by "
-        "`python bench/images.py` (podman 4.3, runc, overlay; base: Debian 12 minbase + python3, "
-        f"{r['base_bytes'] / mb:.0f} MB).", "",
+        f"`python bench/images.py` (podman, runc; Debian 12 base, {r['base_bytes'] / mb:.0f} MB).", "",
         "| image | measure | value | baseline | ratio |", "|---|---|---|---|---|",
         f"| sidecar | image size | {r['sidecar_bytes'] / mb:.0f} MB | base {r['base_bytes'] / mb:.0f} MB | "
         f"{r['sidecar_bytes'] / r['base_bytes']:.2f} |",

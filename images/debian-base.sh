@@ -21,7 +21,7 @@ mmdebstrap --variant=minbase --include=python3,python3-venv,ca-certificates --qu
   --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
   --dpkgopt='path-exclude=/usr/share/locale/*' \
   --customize-hook='mkdir -p "$1/usr/local/share/ca-certificates"' \
-  --customize-hook='for f in /usr/local/share/ca-certificates/*.crt; do [ -e "$f" ] && cp "$f" "$1/usr/local/share/ca-certificates/"; done; true' \
+  --customize-hook='cp /usr/local/share/ca-certificates/*.crt "$1/usr/local/share/ca-certificates/" 2>/dev/null || true' \
   --customize-hook='chroot "$1" update-ca-certificates >/dev/null' \
   --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
   "$suite" "$work/rootfs.tar"

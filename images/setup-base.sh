@@ -27,4 +27,5 @@ getent passwd "$uid" >/dev/null \
   || useradd --uid "$uid" --gid "$gid" --no-create-home --home-dir /home/trtwarm --shell /usr/sbin/nologin trtwarm
 mkdir -p /home/trtwarm
 chown "$uid:$gid" /home/trtwarm
-echo "trtwarm runs as $(getent passwd "$uid" | cut -d: -f1) (uid $uid), group $(getent group "$gid" | cut -d: -f1) (gid $gid)"
+echo "trtwarm runs as $(getent passwd "$uid" | cut -d: -f1) (uid $uid)," \
+  "group $(getent group "$gid" | cut -d: -f1) (gid $gid)"
