@@ -100,10 +100,18 @@ class Podman:
                                   timeout=900, check=False)
             if proc.returncode != 0:
                 raise Unavailable(f"cannot make the Debian base image: {(proc.stderr or proc.stdout)[-600:]}")
+            self._forget_older("localhost/trtwarm-test-base", keep=tag)
         probe = self.run("run", "--rm", "--network", "none", tag, "python3", "-c", "print('ok')", check=False)
         if probe.stdout.strip() != "ok":
             raise Unavailable(f"podman cannot run a container here: {probe.stderr.strip()[-600:]}")
         return tag
+
+    def _forget_older(self, repository: str, keep: str) -> None:
+        """Untag the bases of earlier recipes (each a few hundred MB), so a machine keeps one of each."""
+        listed = self.run("images", "--format", "{{.Repository}}:{{.Tag}}", repository, check=False).stdout.split()
+        older = [tag for tag in listed if tag != keep]
+        if older:
+            self.run("rmi", *older, check=False)
 
     def derived(self, base: str, name: str, dockerfile: str) -> str:
         """A base derived from *base* by *dockerfile* lines (no network), tagged after both and kept like the base."""
@@ -114,6 +122,8 @@ class Podman:
             context.mkdir()
             (context / "Dockerfile").write_text(f"FROM {base}\n{dockerfile}\n")
             self.run("build", "--network", "none", "-t", tag, str(context))
+            self._forget_older(f"localhost/trtwarm-test-{name}", keep=tag)
+            self._forget_older(base.rsplit(":", 1)[0], keep=base)  # an older base is free once its child is gone
         return tag
 
     def build(self, target: str, name: str, *build_args: str, context: Path = ROOT) -> str:

@@ -195,7 +195,9 @@ def test_dockerfile_pins_the_tensorrt_of_the_extra() -> None:
     assert f"ARG TENSORRT_PACKAGE={package}" in dockerfile
     assert f"ARG TENSORRT_VERSION={version}" in dockerfile
     assert re.search(r"FROM \S+ AS init", dockerfile) and re.search(r"FROM \S+ AS sidecar", dockerfile)
-    assert "USER 1000:1000" in dockerfile and "cmd/trtwarm-init cmd/trtwarm-sidecar" in dockerfile
+    assert dockerfile.count("ARG TRTWARM_UID=1000") == 2 and dockerfile.count("ARG TRTWARM_GID=1000") == 2  # chart's
+    assert dockerfile.count("USER ${TRTWARM_UID}:${TRTWARM_GID}") == 2
+    assert "cmd/trtwarm-init cmd/trtwarm-sidecar" in dockerfile
     for path in (ROOT / "cmd").iterdir():
         assert os.access(path, os.X_OK) and "from trtwarm.cli import main" in path.read_text()
     assert not (ROOT / "cmd" / "__init__.py").exists()
