@@ -88,12 +88,14 @@ ENV VIRTUAL_ENV=/opt/trtwarm PATH=/opt/trtwarm/bin:$PATH HOME=/home/trtwarm PYTH
 COPY --chmod=0755 images/setup-base.sh images/labels.py /usr/local/lib/trtwarm/
 COPY --chmod=0755 cmd/trtwarm-init cmd/trtwarm-sidecar /usr/local/bin/
 RUN /usr/local/lib/trtwarm/setup-base.sh "${TRTWARM_UID}" "${TRTWARM_GID}"
-# --no-deps: the sidecar, gc, ls, stats and verify need filelock and prometheus-client only (onnx and onnxruntime
-# are for building, in the init image); tests/test_images.py keeps these pins equal to pyproject.toml's.
+# trtwarm --no-deps: the sidecar, gc, ls, stats and verify need filelock, prometheus-client and (for signatures,
+# `verify --trust-policy`) cryptography only; onnx and onnxruntime are for building, in the init image.
+# tests/test_images.py keeps these pins equal to pyproject.toml's.
 COPY --from=dist /dist/ /tmp/dist/
 RUN --mount=type=bind,source=images/wheelhouse,target=/wheelhouse \
     python3 -m venv /opt/trtwarm \
-    && pip install --no-deps /tmp/dist/trtwarm-*.whl "filelock>=4.3,<5" "prometheus-client>=0.20" \
+    && pip install "filelock>=4.3,<5" "prometheus-client>=0.20" "cryptography>=42" \
+    && pip install --no-deps /tmp/dist/trtwarm-*.whl \
     && python -m compileall -q /opt/trtwarm && rm -rf /tmp/dist
 ARG REVISION=unknown
 ARG CREATED=unknown

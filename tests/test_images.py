@@ -125,10 +125,10 @@ def test_dockerfile_fetches_nothing_at_parse_time_and_never_installs_the_tensorr
 
 
 def test_sidecar_pins_are_pyprojects() -> None:
-    """The sidecar installs trtwarm --no-deps plus its two runtime needs; their pins must not drift."""
+    """The sidecar installs trtwarm --no-deps plus its three runtime needs; their pins must not drift."""
     deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     dockerfile = (ROOT / "Dockerfile").read_text()
-    for name in ("filelock", "prometheus-client"):
+    for name in ("filelock", "prometheus-client", "cryptography"):
         pin = next(dep for dep in deps if dep.startswith(name))
         assert f'"{pin}"' in dockerfile, f"the sidecar's {name} pin differs from pyproject.toml's {pin!r}"
 
@@ -162,7 +162,10 @@ def test_sidecar_image_is_slim(images: Images) -> None:
             "print(sorted(d.metadata['Name'].lower() for d in m.distributions()))")
     found, dists = in_image(images, images.sidecar, code).splitlines()
     assert found == "[]"
-    assert set(eval(dists)) <= {"trtwarm", "filelock", "prometheus-client", "prometheus_client", "pip", "setuptools"}
+    signing = "from cryptography.hazmat.primitives.asymmetric import ed25519; print(ed25519.Ed25519PrivateKey.generate())"
+    assert "Ed25519PrivateKey" in in_image(images, images.sidecar, signing)  # verify --trust-policy can check
+    assert set(eval(dists)) <= {"trtwarm", "filelock", "prometheus-client", "prometheus_client", "cryptography", "cffi",
+                                "pycparser", "pip", "setuptools"}
     libs = podman.run("run", "--rm", "--network", "none", "--entrypoint", "sh", images.sidecar, "-c",
                       "find / -xdev \\( -name 'libcuda*' -o -name 'libcudart*' -o -name 'libnvinfer*' "
                       "-o -name 'libonnxruntime*' \\) 2>/dev/null | head")
@@ -317,7 +320,7 @@ def test_sidecar_builds_offline_from_a_wheelhouse(images: Images) -> None:
     context = images.podman.context_copy("context-offline")
     wheelhouse = context / "images" / "wheelhouse"
     subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(wheelhouse), "setuptools>=68",
-                    "filelock>=4.3,<5", "prometheus-client>=0.20"], check=True, timeout=300)
+                    "filelock>=4.3,<5", "prometheus-client>=0.20", "cryptography>=42"], check=True, timeout=300)
     image = images.podman.build("sidecar", "sidecar-offline", "--build-arg", f"PYTHON_IMAGE={images.base}",
                                 "--build-arg", "PIP_NO_INDEX=1", "--network", "none", context=context)
     version = images.podman.run("run", "--rm", "--network", "none", "--entrypoint", "trtwarm", image, "--version")
