@@ -162,7 +162,8 @@ def test_sidecar_image_is_slim(images: Images) -> None:
             "print(sorted(d.metadata['Name'].lower() for d in m.distributions()))")
     found, dists = in_image(images, images.sidecar, code).splitlines()
     assert found == "[]"
-    signing = "from cryptography.hazmat.primitives.asymmetric import ed25519; print(ed25519.Ed25519PrivateKey.generate())"
+    signing = ("from cryptography.hazmat.primitives.asymmetric import ed25519; "
+               "print(ed25519.Ed25519PrivateKey.generate())")
     assert "Ed25519PrivateKey" in in_image(images, images.sidecar, signing)  # verify --trust-policy can check
     assert set(eval(dists)) <= {"trtwarm", "filelock", "prometheus-client", "prometheus_client", "cryptography", "cffi",
                                 "pycparser", "pip", "setuptools"}
