@@ -56,6 +56,8 @@ def add_init_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--builder-version", help="command builder: the tool's exact version (part of the key)")
     p.add_argument("--ort-provider", default="cpu", help="onnxruntime builder: cpu, cuda or tensorrt")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"], help="command builder's device")
+    p.add_argument("--tensorrt-version", metavar="VERSION[+cuN]", help="tensorrt builder: declare the exact "
+                   "TensorRT version (e.g. 10.16.1.11+cu12) instead of importing TensorRT (pull-only consumers)")
     p.add_argument("--log-format", default="text", choices=["text", "json"])
 
 
@@ -127,6 +129,10 @@ def add_trust_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trust-policy", help="JSON file: trusted signing keys and their scopes (see README, Trust)")
     p.add_argument("--trust-mode", choices=["enforce", "warn", "off"],
                    help="override the policy's mode (default: the policy's, else off)")
+    init.add_argument("--remote", metavar="s3://BUCKET/PREFIX", help="central engine repository: pull before "
+                      "building, push after (endpoint and credentials from the AWS_* variables)")
+    init.add_argument("--remote-push", default="best-effort", choices=["off", "best-effort", "required"],
+                      help="push a fresh build to --remote (%(default)s: a failed push is logged, never fatal)")
 
 
 def _apply_env(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:

@@ -168,6 +168,9 @@ class Settings:
     log_format: str = "text"
     triton_repo: Path | None = None
     triton_model: str | None = None
+    remote: str | None = None  # s3://bucket/prefix of the central engine repository (trtwarm.remote)
+    remote_push: str = "best-effort"
+    tensorrt_version: str | None = None  # declared TensorRT version (pull-only consumers without TensorRT)
     termination_log: Path = Path("/dev/termination-log")
     trust_policy: Path | None = None  # --trust-policy: which keys are trusted for which entries (trtwarm.trust)
     trust_mode: str | None = None  # --trust-mode: enforce|warn|off, overriding the policy file's mode
@@ -211,6 +214,8 @@ class Settings:
             stamp_dir=Path(getattr(ns, "stamp_dir", None) or Path(ns.handoff_dir) / "stamps").absolute(),
             stamp_max_age=parse_duration(getattr(ns, "stamp_max_age", None) or "1d"),
             triton_repo=Path(triton_repo).absolute() if triton_repo else None, triton_model=triton_model,
+            remote=getattr(ns, "remote", None) or None, remote_push=getattr(ns, "remote_push", "best-effort"),
+            tensorrt_version=getattr(ns, "tensorrt_version", None) or None,
             termination_log=Path(environ.get("TRTWARM_TERMINATION_LOG", "/dev/termination-log")),
             trust_policy=_path_or_none(getattr(ns, "trust_policy", None)),
             trust_mode=getattr(ns, "trust_mode", None) or None,

@@ -44,6 +44,20 @@ class VolumeError(TrtwarmError):
 class TrustError(TrtwarmError):
     """Under a trust policy in ``enforce`` mode, the entry is unsigned or not signed by a key trusted for it, and this
     Pod cannot replace it (``--read-only``, or no signing key). A bad key or policy file is a :class:`ConfigError`."""
+class RemoteError(TrtwarmError):
+    """The remote engine repository failed: a server error after retries, a refused blob, a broken protocol."""
+
+
+class RemoteAuthError(RemoteError):
+    """The object store refused the credentials (wrong key or secret, expired token) or denied the operation."""
+
+
+class RemoteBucketError(RemoteError):
+    """The bucket named by ``--remote`` does not exist at the endpoint."""
+
+
+class RemoteUnreachable(RemoteError):
+    """The object store's endpoint did not answer (DNS, connection refused, timeouts) after retries."""
 
 
 class EntryInvalid(Exception):
@@ -63,6 +77,12 @@ _EXITS: dict[type[TrtwarmError], tuple[int, str]] = {
     VolumeError: (6, "check the cache volume: mounted, a directory, writable by this user, with free space"),
     TrustError: (7, "the entry is not signed by a key the trust policy trusts for it: let a builder with the "
                  "signing key rebuild it, or sign it (`trtwarm sign`), or check --trust-policy"),
+    RemoteError: (10, "the remote engine repository failed; `trtwarm remote ls --remote URL` checks it"),
+    RemoteAuthError: (11, "check the object-store credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY from the "
+                          "Secret, or the workload identity's role) and that they may read (and, to push, write) the "
+                          "prefix"),
+    RemoteBucketError: (12, "create the bucket, or fix the bucket name in --remote s3://BUCKET/PREFIX"),
+    RemoteUnreachable: (13, "check AWS_ENDPOINT_URL, DNS and network policies from this Pod to the object store"),
 }
 
 EXIT_OK = 0
@@ -99,6 +119,10 @@ __all__ = [
     "ConfigError",
     "EntryInvalid",
     "LockTimeoutError",
+    "RemoteAuthError",
+    "RemoteBucketError",
+    "RemoteError",
+    "RemoteUnreachable",
     "ModelError",
     "TrtwarmError",
     "TrustError",

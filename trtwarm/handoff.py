@@ -30,7 +30,7 @@ class WarmReport:
     key: str
     name: str
     path: str
-    result: str  # hit | built | waited
+    result: str  # hit | built | waited | pulled
     seconds: dict[str, float]
     device: dict[str, Any]
     builder: dict[str, Any]
@@ -42,6 +42,7 @@ class WarmReport:
     trtwarm_version: str = __version__
     extra: dict[str, Any] = field(default_factory=dict)
     files: dict[str, int] = field(default_factory=dict)  # every file of the entry (absolute path → bytes)
+    remote: dict[str, Any] = field(default_factory=dict)  # --remote: bytes/seconds pulled and pushed, errors by kind
 
     def summary(self) -> dict[str, Any]:
         """A compact one-line form for stdout and the termination message."""

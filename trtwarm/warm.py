@@ -63,6 +63,7 @@ class Plan:
     events: EventRecorder | None = None
     gate: Gate = field(default_factory=Gate)  # the trust policy: checks before any load, signs what is published
     stamps: StampBook | None = None  # --verify stamp
+    remote: Any = None  # a trtwarm.remote.sync.RemoteSync with --remote
 
     @property
     def store(self) -> EngineStore:
@@ -227,16 +228,17 @@ def _single_flight(plan: Plan) -> tuple[Entry | None, str]:
     plan.layout.ensure()
     lock = BuildLock(plan.layout, plan.key, s.identity, mode=s.lock_mode, timeout=s.lock_timeout,
                      on_wait=_on_wait(plan), progress=s.progress_interval, label=plan.name)
-    result = "waited"
+    result, pulled = "waited", None
     if lock.take_or_wait(lambda: plan.store.find(plan.key, plan.name) is not None):
         try:
             log.info("holding the build lock of %s", plan.label)
             if plan.store.find(plan.key, plan.name) is None:  # else: published between our miss and the lock
-                _build_locked(plan, lock.mode)
-                result = "built"
+                result, pulled = _pull_or_build_locked(plan, lock.mode)
         finally:
             lock.release()
     plan.seconds["wait"] = lock.waited
+    if result in ("pulled", "absent"):
+        return pulled, result
     if result == "waited":
         log.info("%s appeared while waiting %.1f s", plan.label, lock.waited)
         return _lookup(plan), result
@@ -244,6 +246,16 @@ def _single_flight(plan: Plan) -> tuple[Entry | None, str]:
     if entry is None:
         raise BuildError(f"the published entry {plan.name} did not verify", hint="see the quarantine warning above")
     return entry, result
+
+
+def _pull_or_build_locked(plan: Plan, mode: str) -> tuple[str, Entry | None]:
+    """Under the key's lock: pull from ``--remote`` (the pulled entry), else build (``absent``: may not build)."""
+    if plan.remote is not None and (pulled := plan.remote.pull(plan.key, plan.name, _load_check(plan, trust=False))):
+        return "pulled", pulled
+    if plan.settings.read_only or plan.gate.consumer_only:
+        return "absent", None
+    _build_locked(plan, mode)
+    return "built", None
 
 
 def _build_locked(plan: Plan, mode: str) -> None:
@@ -257,15 +269,19 @@ def _build_locked(plan: Plan, mode: str) -> None:
         build_and_publish(plan)
 
 
-def _wait_read_only(plan: Plan) -> Entry:
+def _wait_read_only(plan: Plan) -> tuple[Entry | None, str]:
     start = last = time.monotonic()
+    if plan.remote is not None and (found := _single_flight(plan))[1] != "absent":
+        return found
     while (elapsed := time.monotonic() - start) < plan.settings.lock_timeout:
         time.sleep(0.5)
         if plan.store.find(plan.key, plan.name) is not None and (entry := _lookup(plan)) is not None:
             plan.seconds["wait"] = time.monotonic() - start
-            return entry
+            return entry, "waited"
         if time.monotonic() - last >= plan.settings.progress_interval:
             last = time.monotonic()
+            if plan.remote is not None and (found := _single_flight(plan))[1] != "absent":
+                return found
             log.info("--read-only: waiting for another builder to publish %s (%.0f s)", plan.label, elapsed)
     raise LockTimeoutError(f"--read-only: no engine for {plan.label} appeared within {plan.settings.lock_timeout:.0f} "
                            "s", hint="build it elsewhere first (a Pod without --read-only, or CI), or raise "
@@ -277,7 +293,7 @@ def _build_or_wait(plan: Plan) -> tuple[Entry | None, str]:
         if not plan.settings.read_only:
             log.info("trust policy enforce and no --signing-key: this Pod only uses signed entries; waiting for a "
                      "signing builder like --read-only")
-        return _wait_read_only(plan), "waited"
+        return _wait_read_only(plan)
     try:
         return _single_flight(plan)
     except OSError as exc:  # the lock, the staging directory or the entry could not be written
@@ -303,12 +319,14 @@ def _obtain(plan: Plan) -> tuple[Entry, str]:
 def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
     """Run ``trtwarm init``: return the report after writing the hand-off. :raises TrtwarmError: see errors."""
     start = time.monotonic()
+    remote = _remote_url(settings)
     handoff.clear(settings.handoff_dir)
     if not settings.read_only and not Layout(settings.cache_dir).statcache.is_dir():
         with contextlib.suppress(VolumeError):  # surfaces again, with its reason, if a build turns out to be needed
             Layout(settings.cache_dir).ensure()  # so the first start already memoises the model's digests
     plan = resolve(settings)
     plan.events = events
+    plan.remote = _remote_sync(plan, remote)
     log.info("key %s for %s", plan.key[:16], plan.name)
     if plan.layout.leases.is_dir():  # before the lookup: a gc that planned without seeing it undoes its removal
         leases.take(plan.layout, plan.key, plan.name, settings.identity)
@@ -321,21 +339,59 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
         plan.emit("EngineBuilt", f"built {plan.name} in {plan.seconds.get('build', 0.0):.1f} s")
     elif result == "hit":
         plan.emit("EngineCacheHit", f"verified cached engine {plan.name} in {plan.seconds['total']:.2f} s")
+    elif result == "pulled":
+        plan.emit("EnginePulled", f"pulled {plan.name} from {plan.remote.repo.url} in {plan.seconds['total']:.2f} s")
+    if result == "built" and plan.remote is not None and settings.remote_push == "required":
+        plan.remote.push(entry)  # before the hand-off: the Pod must not start on an engine that was not pushed
     report = WarmReport(key=plan.key, name=plan.name, path=str(entry.engine), result=result,
                         seconds={k: plan.seconds.get(k, 0.0) for k in ("key", "wait", "build", "verify", "total")},
                         device=plan.doc["device"], builder=plan.doc["builder"], model_sha256=plan.facts.onnx.sha256,
                         precision=str(plan.doc["build"].get("precision", "")), verify=settings.verify,
                         engine_bytes=int(entry.manifest["engine_bytes"]), lock_mode=settings.lock_mode,
                         files={str(entry.path / f["path"]): f["bytes"] for f in entry.files},
-                        extra=plan.builder.report() if result == "built" else {})
+                        extra=plan.builder.report() if result == "built" else {},
+                        remote=plan.remote.stats if plan.remote is not None else {})
+    _hand_off(settings, report, entry, plan.builder.name)
+    if result == "built" and plan.remote is not None and settings.remote_push == "best-effort":
+        plan.remote.push(entry)  # after the hand-off, which is durable first; see README "Choices made"
+        _hand_off(settings, report, entry, plan.builder.name)  # again, with the push's bytes and seconds
+    return report
+
+
+def _hand_off(settings: Settings, report: WarmReport, entry: Entry, builder: str) -> None:
     try:
         handoff.write(settings.handoff_dir, report)
         if settings.triton_repo and settings.triton_model:
-            handoff.triton_repo(settings.triton_repo, settings.triton_model, entry.engine, plan.builder.name)
+            handoff.triton_repo(settings.triton_repo, settings.triton_model, entry.engine, builder)
     except OSError as exc:
         raise VolumeError(f"cannot write the hand-off to {settings.handoff_dir}: {exc.strerror}",
                           hint="mount a writable emptyDir at --handoff-dir, shared with the inference container") from exc
-    return report
+
+
+# --- remote repository hook (trtwarm.remote; issue 12): pull under the key's lock before a build, push after ---
+def _remote_url(settings: Settings) -> Any:
+    """The parsed ``--remote`` (checked before any work), or None."""
+    if not settings.remote:
+        return None
+    from trtwarm.remote.url import parse
+
+    return parse(settings.remote, settings.environ)
+
+
+def _remote_sync(plan: Plan, remote: Any) -> Any:
+    if remote is None:
+        return None
+    from trtwarm.remote.sync import RemoteSync
+
+    s = plan.settings
+    return RemoteSync(remote, plan.store, push="off" if s.read_only else s.remote_push, strict=s.read_only,
+                      emit=plan.emit, verify_ref=None)  # TRUST HOOK: the trust policy's ref verification goes here
+
+
+def _remote_pull(plan: Plan) -> Entry | None:
+    entry: Entry | None = plan.remote.pull(plan.key, plan.name, _load_check(plan))
+    return entry
+# --- end of the remote repository hook ---
 
 
 __all__ = ["Plan", "build_and_publish", "resolve", "ticker", "wait_message", "warm"]

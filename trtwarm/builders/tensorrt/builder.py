@@ -14,6 +14,7 @@ import functools
 import hashlib
 import importlib.util
 import logging
+import re
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,27 @@ def tensorrt_version() -> tuple[str, str]:
     return "tensorrt", str(trt.__version__)
 
 
+def declared_version(text: str) -> tuple[str, str]:
+    """``--tensorrt-version 10.16.1.11+cu12`` → ``("tensorrt-cu12", "10.16.1.11")`` (no ``+cuN``: ``tensorrt``).
+
+    A pull-only consumer declares the server's TensorRT instead of importing one. If a TensorRT is installed all
+    the same, it must be that version (an engine keyed with a version it was not built by would never load).
+    :raises ConfigError: malformed, or different from the installed TensorRT
+    """
+    match = re.fullmatch(r"(\d+(?:\.\d+){1,3})(?:\+cu(\d+))?", text.strip())
+    if not match:
+        raise ConfigError(f"--tensorrt-version {text!r} is not a TensorRT version",
+                          hint="give the inference server's exact TensorRT, e.g. 10.16.1.11+cu12 (+cuN: the CUDA major "
+                          "of its wheel, as in the key's builder.cuda)")
+    dist = f"tensorrt-cu{match[2]}" if match[2] else "tensorrt"
+    if importlib.util.find_spec("tensorrt") is not None:
+        installed = tensorrt_version()[1]
+        if installed != match[1]:
+            raise ConfigError(f"--tensorrt-version {match[1]} differs from the installed TensorRT {installed}",
+                              hint="drop --tensorrt-version where TensorRT is installed, or match the server's")
+    return dist, match[1]
+
+
 class TensorRTBuilder(Builder):
     """Build a serialized TensorRT engine on this container's GPU."""
 
@@ -79,7 +101,8 @@ class TensorRTBuilder(Builder):
 
     def __init__(self, settings: Any) -> None:
         super().__init__(settings)
-        self._dist, self._version = tensorrt_version()
+        declared = settings.tensorrt_version
+        self._dist, self._version = declared_version(declared) if declared else tensorrt_version()
         self.major, self.minor = (parse_version(self._version) + (0, 0))[:2]
         self.phases = ProgressLog()  # fed by TensorRT's progress monitor from its build threads
         self.engine_info: dict[str, Any] = {}  # what the last loaded engine reported (see runtime.engine_info)
@@ -164,6 +187,7 @@ class TensorRTBuilder(Builder):
 
     def build(self, model: Path, facts: ModelFacts, staging: Path) -> Path:
         """Parse, configure, build; write ``staging/engine.plan``. :raises BuildError: with TensorRT's messages."""
+        _require_tensorrt()
         check_model(self.precision, quantization(model) if PRECISIONS[self.precision].needs else set(),
                     bool(self.calibration))
         import tensorrt as trt  # imported only to build or load: a digest-verified hit never pays for it
@@ -204,6 +228,7 @@ class TensorRTBuilder(Builder):
         """Deserialize on this GPU with a capturing logger (refitting a weight-stripped plan from the ONNX weights) and
         create an execution context. :raises EntryInvalid: None, an error or a GPU warning, or a failed refit."""
         self.precheck(engine)
+        _require_tensorrt()
         import tensorrt as trt
 
         logger = capturing_logger(trt, echo=1)
@@ -228,6 +253,13 @@ class TensorRTBuilder(Builder):
         self.engine_info = info
 
 
+def _require_tensorrt() -> None:
+    """A declared ``--tensorrt-version`` keys and pulls without TensorRT; building or loading needs it."""
+    if importlib.util.find_spec("tensorrt") is None:
+        raise ConfigError("this init has no TensorRT to build or load with (only --tensorrt-version was given)",
+                          hint=INSTALL_HINT)
+
+
 def _built_on(engine: Path) -> str:
     """`` (built on driver X)`` from the entry's manifest, when it has one: engines failing after a driver change
     are a known pain, and this names the change."""
@@ -238,4 +270,5 @@ def _built_on(engine: Path) -> str:
     return f" ({built})" if built else ""
 
 
-__all__ = ["CALIBRATION_LIMIT", "DISTRIBUTIONS", "INSTALL_HINT", "TensorRTBuilder", "tensorrt_version"]
+__all__ = ["CALIBRATION_LIMIT", "DISTRIBUTIONS", "INSTALL_HINT", "TensorRTBuilder", "declared_version",
+           "tensorrt_version"]

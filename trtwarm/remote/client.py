@@ -1,0 +1,210 @@
+"""The object-store client: a thin wrapper over ``obstore`` (``pip install 'trtwarm[s3]'``) that owns the timeouts,
+the retries and the classification of failures into trtwarm's typed errors.
+
+obstore (the Rust object_store crate) retries 5xx answers and connection errors itself with exponential backoff;
+we set its request timeout well above its 30 s default (a 64 MiB part over a slow link), a short connect timeout,
+and a bounded number of retries so an unreachable endpoint fails in seconds, not minutes. Every failure becomes
+one of :class:`RemoteAuthError`, :class:`RemoteBucketError`, :class:`RemoteUnreachable` or :class:`RemoteError`
+with a one-line message (the server's status and S3 error code, never a credential) and a ``kind`` for metrics.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from trtwarm.errors import ConfigError, RemoteAuthError, RemoteBucketError, RemoteError, RemoteUnreachable
+from trtwarm.remote.url import RemoteURL, redact
+
+#: error kinds, the label values of ``trtwarm_remote_errors_total{kind}``
+KINDS = ("auth", "bucket", "unreachable", "server", "integrity", "conflict")
+_UNREACHABLE = re.compile(r"error sending request|connection|dns error|timed? ?out|Timeout|refused|reset by peer",
+                          re.IGNORECASE)
+_AUTH_CODES = ("SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied", "ExpiredToken", "InvalidToken")
+
+
+def kind_of(error: RemoteError) -> str:
+    """The metric label of *error*."""
+    return getattr(error, "kind", None) or {RemoteAuthError: "auth", RemoteBucketError: "bucket",
+                                            RemoteUnreachable: "unreachable"}.get(type(error), "server")
+
+
+def _short(text: str) -> str:
+    """``status 403 Forbidden (SignatureDoesNotMatch)`` out of object_store's long, multi-line message."""
+    status = re.search(r"status code: (\d{3}[^:<]*)", text)
+    code = re.search(r"<Code>([^<]+)</Code>", text)
+    if status:
+        return f"status {status[1].strip()}" + (f" ({code[1]})" if code else "")
+    first = text.split("\n", 1)[0]
+    return first[:240]
+
+
+class Client:
+    """One bucket and prefix; paths given to its methods are relative to the prefix."""
+
+    def __init__(self, remote: RemoteURL) -> None:
+        self.remote = remote
+        self._store: Any = None
+        self._bucket_checked = False
+
+    @property
+    def store(self) -> Any:
+        """The ``obstore`` S3Store, built on first use. :raises ConfigError: obstore is not installed."""
+        if self._store is None:
+            try:
+                from obstore.store import S3Store
+            except ImportError:
+                raise ConfigError("--remote needs the obstore package, which is not installed",
+                                  hint="pip install 'trtwarm[s3]'") from None
+            r = self.remote
+            try:
+                self._store = self._make(S3Store)
+            except Exception as exc:  # noqa: BLE001 (obstore raises its own configuration errors)
+                raise ConfigError(f"cannot configure the S3 client for {r.describe()}: "
+                                  f"{redact(str(exc), r).splitlines()[0]}",
+                                  hint="check the AWS_* variables (endpoint URL, region)") from None
+        return self._store
+
+    def _make(self, S3Store: Any) -> Any:  # noqa: N803 (the class, imported lazily)
+        r = self.remote
+        config = {k.lower(): v for k, v in r.aws.items() if not k.startswith("AWS_ENDPOINT")}
+        if r.endpoint:
+            config["aws_endpoint"] = r.endpoint
+        config.setdefault("aws_region", r.aws.get("AWS_DEFAULT_REGION", "us-east-1"))
+        config.pop("aws_default_region", None)
+        retry = {"max_retries": r.retries, "retry_timeout": datetime.timedelta(seconds=max(r.timeout, 30)),
+                 "backoff": {"init_backoff": datetime.timedelta(milliseconds=200),
+                             "max_backoff": datetime.timedelta(seconds=5), "base": 2.0}}
+        return S3Store(r.bucket, prefix=r.prefix or None, config=config, retry_config=retry,
+                       client_options={"allow_http": r.allow_http, "timeout": f"{r.timeout:.0f}s",
+                                       "connect_timeout": f"{r.connect_timeout:.0f}s"})
+
+    def error(self, exc: BaseException, op: str, path: str) -> RemoteError:
+        """Classify an obstore exception raised by *op* on *path*."""
+        text = redact(str(exc), self.remote)
+        where = f"{op} {self.remote.url}/{path}"
+        name = type(exc).__name__
+        if name in ("PermissionDeniedError", "UnauthenticatedError") or any(c in text for c in _AUTH_CODES):
+            return RemoteAuthError(f"{where}: the object store refused the credentials or the operation: {_short(text)}")
+        if "NoSuchBucket" in text:
+            return RemoteBucketError(f"bucket {self.remote.bucket!r} does not exist at "
+                                     f"{self.remote.endpoint or 'the AWS endpoint'}")
+        if name == "GenericError" and _UNREACHABLE.search(text) and "status code" not in text:
+            return RemoteUnreachable(f"{where}: {self.remote.endpoint or 'the endpoint'} did not answer after "
+                                     f"{self.remote.retries} retries ({_short(text)})")
+        return RemoteError(f"{where}: {_short(text)}")
+
+    def _call(self, op: str, path: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        import obstore  # noqa: F401 (the store property reports it missing)
+
+        try:
+            return fn(self.store, path, *args, **kwargs)
+        except FileNotFoundError:
+            raise
+        except Exception as exc:  # noqa: BLE001 (obstore's errors have no common public base besides Exception)
+            if isinstance(exc, (ConfigError, RemoteError)):
+                raise
+            raise self.error(exc, op, path) from None
+
+    def check_bucket(self) -> None:
+        """A missing object and a missing bucket both answer 404 to GET/HEAD: tell them apart once, with a LIST."""
+        if self._bucket_checked:
+            return
+        import obstore
+
+        try:
+            obstore.list(self.store, prefix="refs/", chunk_size=1).__next__()
+        except StopIteration:
+            pass
+        except Exception as exc:  # noqa: BLE001
+            if isinstance(exc, ConfigError):
+                raise
+            raise self.error(exc, "LIST", "refs/") from None
+        self._bucket_checked = True
+
+    def head(self, path: str) -> dict[str, Any] | None:
+        """The object's metadata (``size``, ``e_tag``, ``last_modified``), or None if absent."""
+        import obstore
+
+        try:
+            return dict(self._call("HEAD", path, obstore.head))
+        except FileNotFoundError:
+            self.check_bucket()
+            return None
+
+    def get(self, path: str, limit: int) -> bytes | None:
+        """A small object's bytes (at most *limit*), or None if absent. :raises RemoteError: larger than *limit*."""
+        import obstore
+
+        try:
+            result = self._call("GET", path, obstore.get)
+        except FileNotFoundError:
+            self.check_bucket()
+            return None
+        if result.meta["size"] > limit:
+            raise RemoteError(f"{self.remote.url}/{path} is {result.meta['size']} bytes, more than {limit}")
+        return bytes(self._call("GET", path, lambda _s, _p: result.bytes()))
+
+    def get_range(self, path: str, start: int, length: int) -> memoryview:
+        """Bytes ``[start, start+length)`` of *path*. :raises FileNotFoundError: the object vanished."""
+        import obstore
+
+        return memoryview(self._call("GET", path, obstore.get_range, start=start, length=length))
+
+    def put_create(self, path: str, data: bytes) -> bool:
+        """Create *path* only if absent (``If-None-Match: *``, one buffered PUT: small objects only).
+
+        :return: True if this call created it, False if it already existed
+        """
+        import obstore
+        from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+        try:
+            obstore.put(self.store, path, data, mode="create")
+            return True
+        except (AlreadyExistsError, PreconditionError):
+            return False
+        except Exception as exc:  # noqa: BLE001
+            if isinstance(exc, ConfigError):
+                raise
+            raise self.error(exc, "PUT", path) from None
+
+    def put_bytes(self, path: str, data: bytes) -> None:
+        """Write *path* unconditionally (small objects)."""
+        import obstore
+
+        self._call("PUT", path, obstore.put, data, use_multipart=False)
+
+    def put_file(self, path: str, file: Path, part_size: int, concurrency: int) -> None:
+        """Upload *file* with parallel multipart (bounded memory: about *concurrency* × *part_size*)."""
+        import obstore
+
+        with open(file, "rb") as handle:
+            self._call("PUT", path, obstore.put, handle, chunk_size=part_size, max_concurrency=concurrency)
+
+    def list(self, prefix: str) -> Iterator[dict[str, Any]]:
+        """Every object under *prefix* (relative paths), page by page."""
+        import obstore
+
+        try:
+            for page in obstore.list(self.store, prefix=prefix):
+                yield from (dict(meta) for meta in page)
+        except Exception as exc:  # noqa: BLE001
+            if isinstance(exc, ConfigError):
+                raise
+            raise self.error(exc, "LIST", prefix) from None
+
+    def delete(self, path: str) -> None:
+        """Delete *path* (absent is fine)."""
+        import obstore
+
+        try:
+            self._call("DELETE", path, obstore.delete)
+        except FileNotFoundError:
+            return
+
+
+__all__ = ["KINDS", "Client", "kind_of"]

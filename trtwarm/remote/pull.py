@@ -1,0 +1,115 @@
+"""Pull an entry's files from the repository into a staging directory: parallel ranged GETs, streamed in order to
+the file and through SHA-256 as they arrive, with bounded memory whatever the engine's size.
+
+Each blob is cut into ``chunk``-sized ranges; at most ``window`` ranges are in flight, and they are consumed in
+order (written, hashed), so memory stays at about ``window × chunk`` (128 MiB by default) and hashing costs no
+second pass over the file. A blob whose size or SHA-256 differs from the manifest raises :class:`BlobCorrupt`
+before anything is published; the caller's staging directory is then discarded. Transient failures are retried
+by the client (see :mod:`trtwarm.remote.client`); a range that fails after that fails the pull.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trtwarm.errors import RemoteError
+from trtwarm.remote.repo import Repository, blob_path, manifest_files
+
+log = logging.getLogger("trtwarm.remote")
+CHUNK = 16 << 20
+WINDOW = 8
+
+
+class BlobCorrupt(RemoteError):
+    """A blob's bytes do not match the manifest (truncated, corrupt, replaced): never published."""
+
+    kind = "integrity"
+
+    def __init__(self, message: str, sha256: str, *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint or "the blob in the bucket is damaged; the engine is rebuilt (and the "
+                         "push repairs the blob), or run `trtwarm remote rm KEY` and prebuild it again")
+        self.sha256 = sha256
+
+
+@dataclass
+class PullStats:
+    """What one pull moved."""
+
+    files: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    hash_seconds: float = 0.0
+
+
+def fetch_blob(repo: Repository, row: dict[str, Any], dest: Path, pool: ThreadPoolExecutor, stats: PullStats,
+               chunk: int = CHUNK, window: int = WINDOW) -> None:
+    """Download the blob of *row* (``sha256``, ``bytes``) into *dest*, verifying it. :raises BlobCorrupt, RemoteError:"""
+    sha, size = row["sha256"], row["bytes"]
+    path = blob_path(sha)
+    meta = repo.client.head(path)
+    if meta is None:
+        raise BlobCorrupt(f"blob {sha[:16]} ({row['path']}) is missing from {repo.url}", sha)
+    if meta.get("size") != size:
+        raise BlobCorrupt(f"blob {sha[:16]} ({row['path']}) is {meta.get('size')} bytes in {repo.url}, the manifest "
+                          f"says {size} (truncated or replaced)", sha)
+    digest = hashlib.sha256()
+    offsets = iter(range(0, size, chunk))
+    inflight: deque[Future[memoryview]] = deque()
+
+    def submit() -> None:
+        start = next(offsets, None)
+        if start is not None:
+            inflight.append(pool.submit(repo.client.get_range, path, start, min(chunk, size - start)))
+
+    for _ in range(window):
+        submit()
+    with open(dest, "wb") as handle:
+        try:
+            while inflight:
+                data = inflight.popleft().result()
+                submit()
+                handle.write(data)
+                started = time.monotonic()
+                digest.update(data)
+                stats.hash_seconds += time.monotonic() - started
+                stats.bytes += len(data)
+        except FileNotFoundError:
+            raise BlobCorrupt(f"blob {sha[:16]} vanished from {repo.url} during the pull", sha) from None
+        finally:
+            for future in inflight:
+                future.cancel()
+    if digest.hexdigest() != sha:
+        raise BlobCorrupt(f"blob {sha[:16]} ({row['path']}) in {repo.url} does not match its SHA-256 "
+                          f"(got {digest.hexdigest()[:16]}): refused", sha)
+
+
+def pull_into(repo: Repository, manifest: dict[str, Any], staging: Path, *, chunk: int = CHUNK,
+              window: int = WINDOW) -> PullStats:
+    """Fetch and verify every file of *manifest* into *staging* (files only: the caller writes the manifest).
+
+    :raises BlobCorrupt: a blob differs from the manifest; :raises RemoteError: the store failed after retries
+    """
+    start = time.monotonic()
+    stats = PullStats()
+    try:
+        rows = manifest_files(manifest)
+    except ValueError as exc:
+        raise RemoteError(f"the ref's manifest is unusable: {exc}") from None
+    with ThreadPoolExecutor(max_workers=window, thread_name_prefix="trtwarm-pull") as pool:
+        for row in rows:
+            dest = staging / row["path"]
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            fetch_blob(repo, row, dest, pool, stats, chunk, window)
+            stats.files += 1
+    stats.seconds = time.monotonic() - start
+    return stats
+
+
+__all__ = ["CHUNK", "WINDOW", "BlobCorrupt", "PullStats", "fetch_blob", "pull_into"]

@@ -1,0 +1,150 @@
+"""The init container's side of the remote repository: pull a missing entry onto the volume, push a fresh build.
+
+``trtwarm init`` calls :meth:`RemoteSync.pull` with the key's local lock held (one pull per volume; the others
+wait and find the entry) and :meth:`RemoteSync.push` after a build. Policy:
+
+* wrong credentials and a missing bucket always fail the init (exit 11 / 12): a misconfigured fleet should be
+  loud, not silently build everywhere;
+* an unreachable or failing store, or a refused blob, makes a builder log it, count it and build (the object
+  store is not on the serving path); a pull-only init (``--read-only``) has no fallback and fails (exit 13 / 10);
+* a blob that fails its SHA-256 is never published; it is reported (log, Event, ``integrity`` error) and
+  remembered, so the push after the rebuild uploads it again (``repair``).
+
+Everything the sidecar exports (bytes and seconds pulled and pushed, errors by kind, the push outcome) is kept in
+:attr:`RemoteSync.stats` and written into the hand-off.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from trtwarm.errors import EntryInvalid, RemoteAuthError, RemoteBucketError, RemoteError
+from trtwarm.fsutil import atomic_write_json
+from trtwarm.remote.client import KINDS, Client, kind_of
+from trtwarm.remote.pull import BlobCorrupt, pull_into
+from trtwarm.remote.push import SIGNATURE, push_entry
+from trtwarm.remote.repo import Repository
+from trtwarm.remote.url import RemoteURL
+from trtwarm.volume.store import EngineStore, Entry, check_entry
+
+log = logging.getLogger("trtwarm.remote")
+PUSH_MODES = ("off", "best-effort", "required")
+Emit = Callable[[str, str, str], None]
+#: called on a pulled ref before anything is downloaded; raises RemoteError to refuse it (the trust policy's verify)
+VerifyRef = Callable[[dict[str, Any]], None]
+
+
+class RemoteSync:
+    """One init's use of one repository."""
+
+    def __init__(self, remote: RemoteURL, store: EngineStore, *, push: str = "best-effort", strict: bool = False,
+                 emit: Emit | None = None, verify_ref: VerifyRef | None = None) -> None:
+        self.repo = Repository(Client(remote))
+        self.store, self.push_mode, self.strict = store, push, strict
+        self.emit = emit or (lambda reason, message, kind: None)
+        self.verify_ref = verify_ref
+        self.corrupt: set[str] = set()
+        self.stats: dict[str, Any] = {"url": remote.url, "pulled_bytes": 0, "pushed_bytes": 0, "pull_seconds": None,
+                                      "push_seconds": None, "push": "off" if push == "off" else "not-needed",
+                                      "errors": dict.fromkeys(KINDS, 0)}
+
+    def _count(self, error: RemoteError) -> None:
+        self.stats["errors"][kind_of(error)] += 1
+
+    def _tolerate(self, error: RemoteError, doing: str) -> None:
+        """Count *error*; re-raise it unless a build can stand in (see the module's policy)."""
+        self._count(error)
+        if isinstance(error, (RemoteAuthError, RemoteBucketError)) or self.strict:
+            raise error
+        log.warning("remote %s failed: %s; building locally instead", doing, error.message)
+
+    def pull(self, key: str, name: str, check: Callable[[Entry], None] | None = None) -> Entry | None:
+        """Fetch *key* from the repository and publish it as ``entries/<name>`` (call with the key's lock held).
+
+        :param check: the builder's checks on the staged entry (plan header, a real load with ``--verify load``)
+        :return: the published entry, or None when the repository has none or it was refused
+        """
+        try:
+            ref = self.repo.get_ref(key)
+            if ref is None:
+                log.info("%s has no engine for %s", self.repo.url, key[:16])
+                return None
+            if self.verify_ref is not None:
+                self.verify_ref(ref)
+            return self._fetch(ref, key, name, check)
+        except BlobCorrupt as exc:
+            self.corrupt.add(exc.sha256)
+            log.warning("refused the remote engine for %s: %s", key[:16], exc.message)
+            self.emit("RemoteEngineRejected", f"refused {name} from {self.repo.url}: {exc.message}", "Warning")
+            self._tolerate(exc, "pull")
+        except RemoteError as exc:
+            self._tolerate(exc, "pull")
+        return None
+
+    def _fetch(self, ref: dict[str, Any], key: str, name: str, check: Callable[[Entry], None] | None) -> Entry | None:
+        manifest = ref["manifest"]
+        with self.store.staging(key) as staging:
+            stats = pull_into(self.repo, manifest, staging)
+            if ref.get("signature") is not None:
+                atomic_write_json(staging / SIGNATURE, ref["signature"])
+            try:
+                if check is not None:
+                    check(Entry(staging, manifest))
+            except EntryInvalid as exc:
+                log.warning("the remote engine for %s does not pass this node's checks (%s); building locally",
+                            key[:16], exc.reason)
+                self.emit("RemoteEngineRejected", f"{name} from {self.repo.url} {exc.reason}", "Warning")
+                return None
+            self.store.publish(staging, name, manifest)
+        self.stats.update(pulled_bytes=stats.bytes, pull_seconds=round(stats.seconds, 3),
+                          pull_hash_seconds=round(stats.hash_seconds, 3))
+        log.info("pulled %s from %s: %d files, %.1f MiB in %.2f s", name, self.repo.url, stats.files,
+                 stats.bytes / 2**20, stats.seconds)
+        entry = self.store.find(key, name)
+        return None if entry is None else check_entry(entry, key, digest=False)
+
+    def push(self, entry: Entry) -> None:
+        """Push a freshly built entry under :attr:`push_mode`. :raises RemoteError: only when ``required``."""
+        if self.push_mode == "off":
+            return
+        try:
+            result = push_entry(self.repo, entry.path, entry.manifest, repair=self.corrupt)
+        except RemoteError as exc:
+            self._count(exc)
+            self.stats["push"] = "failed"
+            if self.push_mode == "required":
+                raise
+            log.warning("push of %s to %s failed (best-effort, the Pod goes on): %s", entry.name, self.repo.url,
+                        exc.message)
+            return
+        self.stats.update(pushed_bytes=result.bytes, push_seconds=round(result.seconds, 3),
+                          push="pushed" if result.won else "lost")
+        if result.won:
+            log.info("pushed %s to %s: %d blobs uploaded (%.1f MiB), %d already there, ref written in %.2f s",
+                     entry.name, self.repo.url, result.uploaded, result.bytes / 2**20, len(result.skipped),
+                     result.seconds)
+            return
+        self._lost(entry, result.ref)
+
+    def _lost(self, entry: Entry, winner: dict[str, Any]) -> None:
+        same = _engine_sha(winner["manifest"]) == _engine_sha(entry.manifest)
+        self.stats["errors"]["conflict"] += 0 if same else 1
+        if same:
+            log.info("another pusher published %s first, with the same engine bytes", entry.name)
+            return
+        # Replacing a published entry in place would pull the engine from under Pods on this volume that already
+        # use it, so the volume keeps its own (equally valid) build; every other volume pulls the winner's.
+        log.warning("another pusher published a different engine for %s first (%s); this volume keeps its own build",
+                    entry.name, str(winner["manifest"].get("built_by"))[:200])
+
+
+def _engine_sha(manifest: dict[str, Any]) -> str | None:
+    for row in manifest.get("files") or []:
+        if isinstance(row, dict) and row.get("role") == "engine":
+            return str(row.get("sha256"))
+    return manifest.get("engine_sha256")
+
+
+__all__ = ["PUSH_MODES", "RemoteSync", "VerifyRef"]
