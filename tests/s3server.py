@@ -51,6 +51,7 @@ class SeaweedServer:
 
     workdir: Path
     buckets: tuple[str, ...] = ("engines",)
+    extra: tuple[str, ...] = ()  # more weed mini flags, e.g. -filer.downloadMaxMBps=20
     proc: subprocess.Popen[bytes] | None = None
     s3_port: int = 0
     log: Path = field(init=False)
@@ -90,7 +91,7 @@ class SeaweedServer:
                  "filer.port", "filer.port.grpc", "admin.port", "admin.port.grpc")
         argv = [binary, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-s3.config={self._config()}",
                 "-admin.ui=false", "-webdav=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
-                f"-bucket={','.join(self.buckets)}", *(f"-{n}={p}" for n, p in zip(names, ports))]
+                f"-bucket={','.join(self.buckets)}", *(f"-{n}={p}" for n, p in zip(names, ports)), *self.extra]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          start_new_session=True, cwd=self.workdir)

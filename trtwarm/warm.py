@@ -190,8 +190,10 @@ def build_and_publish(plan: Plan) -> bool:
     for path in store.clean_staging(plan.key):
         log.info("removed stale staging directory %s left by a dead builder", path.name)
     with store.staging(plan.key) as staging:
-        won = store.publish(staging, plan.name, *_build_into(plan, staging))
-    if not won:
+        manifest, signature = _build_into(plan, staging)
+        adopted = _remote_push_staged(plan, staging, manifest, signature)  # --remote-push required
+        won = adopted is None and store.publish(staging, plan.name, manifest, signature)
+    if not won and adopted is None:
         plan.seconds.pop("build", None)
     return won
 
@@ -341,8 +343,6 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
         plan.emit("EngineCacheHit", f"verified cached engine {plan.name} in {plan.seconds['total']:.2f} s")
     elif result == "pulled":
         plan.emit("EnginePulled", f"pulled {plan.name} from {plan.remote.repo.url} in {plan.seconds['total']:.2f} s")
-    if result == "built" and plan.remote is not None and settings.remote_push == "required":
-        plan.remote.push(entry)  # before the hand-off: the Pod must not start on an engine that was not pushed
     report = WarmReport(key=plan.key, name=plan.name, path=str(entry.engine), result=result,
                         seconds={k: plan.seconds.get(k, 0.0) for k in ("key", "wait", "build", "verify", "total")},
                         device=plan.doc["device"], builder=plan.doc["builder"], model_sha256=plan.facts.onnx.sha256,
@@ -386,6 +386,16 @@ def _remote_sync(plan: Plan, remote: Any) -> Any:
     s = plan.settings
     return RemoteSync(remote, plan.store, push="off" if s.read_only else s.remote_push, strict=s.read_only,
                       emit=plan.emit, verify_ref=None)  # TRUST HOOK: the trust policy's ref verification goes here
+
+
+def _remote_push_staged(plan: Plan, staging: Any, manifest: dict[str, Any],
+                        signature: dict[str, Any] | None) -> Entry | None:
+    """``--remote-push required``: push from staging before the local publish; a loser publishes the winner's."""
+    if plan.remote is None or plan.settings.remote_push != "required":
+        return None
+    adopted: Entry | None = plan.remote.push_staged(staging, manifest, signature, plan.name,
+                                                    _load_check(plan, trust=False))
+    return adopted
 
 
 def _remote_pull(plan: Plan) -> Entry | None:

