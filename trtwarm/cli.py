@@ -92,6 +92,10 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         from trtwarm.lifecycle.signing import add_parsers as add_signing
 
         add_signing(sub, str(DEFAULT_CACHE_DIR))
+    if only in (None, "remote", "prebuild"):
+        from trtwarm.remote_cli import add_parsers as add_remote_parsers
+
+        add_remote_parsers(sub)
     selftest = sub.add_parser("selftest", help="on a GPU node: identity, versions, build, load and run a tiny engine")
     selftest.add_argument("--workdir", help="keep the model, cache and engines here (default: a temporary directory)")
     selftest.set_defaults(func=cmd_selftest)
@@ -140,6 +144,7 @@ def _apply_env(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> N
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
                 env_defaults(sub, environ)
+                _apply_env(sub, environ)  # `remote ls` and the like
 
 
 def cmd_init(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:

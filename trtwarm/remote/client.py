@@ -80,7 +80,8 @@ class Client:
                              "max_backoff": datetime.timedelta(seconds=5), "base": 2.0}}
         return S3Store(r.bucket, prefix=r.prefix or None, config=config, retry_config=retry,
                        client_options={"allow_http": r.allow_http, "timeout": f"{r.timeout:.0f}s",
-                                       "connect_timeout": f"{r.connect_timeout:.0f}s"})
+                                       "connect_timeout": f"{r.connect_timeout:.0f}s",
+                                       "read_timeout": "30s"})  # a stalled connection fails (and is retried)
 
     def error(self, exc: BaseException, op: str, path: str) -> RemoteError:
         """Classify an obstore exception raised by *op* on *path*."""

@@ -87,7 +87,8 @@ class RemoteSync:
     def _fetch(self, ref: dict[str, Any], key: str, name: str, check: Callable[[Entry], None] | None) -> Entry | None:
         manifest = ref["manifest"]
         with self.store.staging(key) as staging:
-            stats = pull_into(self.repo, manifest, staging)
+            r = self.repo.client.remote
+            stats = pull_into(self.repo, manifest, staging, chunk=r.chunk, window=r.concurrency)
             if ref.get("signature") is not None:
                 atomic_write_json(staging / SIGNATURE, ref["signature"])
             try:
@@ -129,7 +130,9 @@ class RemoteSync:
         if self.push_mode == "off":
             return
         try:
-            result = push_entry(self.repo, entry.path, entry.manifest, repair=self.corrupt)
+            r = self.repo.client.remote
+            result = push_entry(self.repo, entry.path, entry.manifest, repair=self.corrupt,
+                                part_size=max(r.chunk, 5 << 20), concurrency=max(r.concurrency // 2, 1))
         except RemoteError as exc:
             self._count(exc)
             self.stats["push"] = "failed"
@@ -142,7 +145,7 @@ class RemoteSync:
                           push="pushed" if result.won else "lost")
         if result.won:
             log.info("pushed %s to %s: %d blobs uploaded (%.1f MiB), %d already there, ref written in %.2f s",
-                     entry.name, self.repo.url, result.uploaded, result.bytes / 2**20, len(result.skipped),
+                     entry.manifest.get("name", entry.name), self.repo.url, result.uploaded, result.bytes / 2**20, len(result.skipped),
                      result.seconds)
             return
         self._lost(entry, result.ref)

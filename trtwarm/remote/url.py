@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from trtwarm.config import FALSE_VALUES, TRUE_VALUES, parse_duration
+from trtwarm.config import FALSE_VALUES, TRUE_VALUES, parse_duration, parse_size
 from trtwarm.errors import ConfigError
 
 #: AWS variables handed to the client (credentials among them); workload identity variables are read by it directly
@@ -38,6 +38,8 @@ class RemoteURL:
     timeout: float = 300.0
     connect_timeout: float = 5.0
     retries: int = 4
+    chunk: int = 16 << 20  # ranged-GET size and multipart part size
+    concurrency: int = 8  # ranges (and parts) in flight
     aws: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -76,7 +78,10 @@ def parse(url: str, environ: Mapping[str, str]) -> RemoteURL:
     return RemoteURL(match[1], prefix, endpoint, allow in TRUE_VALUES,
                      timeout=parse_duration(environ.get("TRTWARM_REMOTE_TIMEOUT", "300s")),
                      connect_timeout=parse_duration(environ.get("TRTWARM_REMOTE_CONNECT_TIMEOUT", "5s")),
-                     retries=_int(environ.get("TRTWARM_REMOTE_RETRIES", "4"), "TRTWARM_REMOTE_RETRIES"), aws=aws)
+                     retries=_int(environ.get("TRTWARM_REMOTE_RETRIES", "4"), "TRTWARM_REMOTE_RETRIES"),
+                     chunk=max(parse_size(environ.get("TRTWARM_REMOTE_CHUNK", "16M")), 5 << 20),
+                     concurrency=max(_int(environ.get("TRTWARM_REMOTE_CONCURRENCY", "8"), "TRTWARM_REMOTE_CONCURRENCY"),
+                                     1), aws=aws)
 
 
 def _int(text: str, name: str) -> int:

@@ -25,14 +25,17 @@ from trtwarm.lifecycle.gc import REASONS
 from trtwarm.volume.layout import Layout
 
 log = logging.getLogger("trtwarm.metrics")
-RESULTS = ("hit", "built", "waited", "error")
+RESULTS = ("hit", "built", "waited", "pulled", "error")
+#: error kinds of the remote repository (trtwarm.remote.client.KINDS; listed here so the sidecar needs no obstore)
+REMOTE_ERROR_KINDS = ("auth", "bucket", "unreachable", "server", "integrity", "conflict")
 #: 10 ms to 1 h: a hit's verify is milliseconds, a TensorRT build with INT8 calibration can take most of an hour
 BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600)
 _HISTOGRAMS = (  # (metric, engine.json seconds field, results that observe it, help)
-    ("trtwarm_init_duration_seconds", "total", ("hit", "built", "waited"), "Time trtwarm init took, end to end."),
+    ("trtwarm_init_duration_seconds", "total", ("hit", "built", "waited", "pulled"),
+     "Time trtwarm init took, end to end."),
     ("trtwarm_build_duration_seconds", "build", ("built",), "Time the engine build took (only the Pod that built)."),
     ("trtwarm_lock_wait_seconds", "wait", ("built", "waited"), "Time spent waiting for the key's build lock."),
-    ("trtwarm_verify_duration_seconds", "verify", ("hit", "built", "waited"),
+    ("trtwarm_verify_duration_seconds", "verify", ("hit", "built", "waited", "pulled"),
      "Time spent verifying the engine (digest, and a load with --verify load)."),
 )
 
@@ -156,6 +159,7 @@ class TrtwarmCollector(Collector):
         for metric, field, results, text in _HISTOGRAMS:
             value = seconds.get(field) if result in results else None
             yield _one_observation(metric, text, value if isinstance(value, (int, float)) else None)
+        yield from _remote(report.get("remote") if report and isinstance(report.get("remote"), dict) else {})
 
     def _engine(self, report: dict[str, Any] | None, ready: bool) -> Iterator[Metric]:
         yield GaugeMetricFamily("trtwarm_engine_ready", "1 once the engine is verified and handed over.",
@@ -189,6 +193,23 @@ class TrtwarmCollector(Collector):
                 ("trtwarm_cache_builds_in_progress", "building", "Builds running now, volume-wide."),
                 ("trtwarm_cache_oldest_use_age_seconds", "oldest_use_age", "Age of the least recently used entry.")):
             yield GaugeMetricFamily(name, text, value=float(s[field]))
+
+
+def _remote(remote: dict[str, Any]) -> Iterator[Metric]:
+    """The init's use of the central repository (``--remote``): bytes and seconds pulled and pushed, errors."""
+    for name, field, text in (("trtwarm_remote_pulled_bytes", "pulled_bytes", "Bytes this Pod's init pulled."),
+                              ("trtwarm_remote_pushed_bytes", "pushed_bytes", "Bytes this Pod's init pushed.")):
+        yield CounterMetricFamily(name, text, value=float(remote.get(field) or 0))
+    for name, field, text in (("trtwarm_remote_pull_duration_seconds", "pull_seconds", "Time the remote pull took."),
+                              ("trtwarm_remote_push_duration_seconds", "push_seconds", "Time the remote push took.")):
+        value = remote.get(field)
+        yield _one_observation(name, text, value if isinstance(value, (int, float)) else None)
+    errors = CounterMetricFamily("trtwarm_remote_errors", "Remote repository failures by kind (auth, bucket, "
+                                 "unreachable, server, integrity, conflict).", labels=["kind"])
+    counts = remote.get("errors") if isinstance(remote.get("errors"), dict) else {}
+    for kind in REMOTE_ERROR_KINDS:
+        errors.add_metric([kind], float(counts.get(kind) or 0))
+    yield errors
 
 
 def _one_observation(name: str, text: str, value: float | None) -> HistogramMetricFamily:

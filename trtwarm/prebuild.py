@@ -1,0 +1,155 @@
+"""CI prebuilds from a matrix file: ``trtwarm prebuild --matrix FILE`` builds on this GPU what the remote lacks and
+pushes it; :func:`matrix_rows` also feeds ``trtwarm remote coverage``.
+
+The matrix is JSON (models × precisions, with shared options); every key is an ``init`` flag (``-`` or ``_``)::
+
+    {"models": [{"model": "resnet50.onnx", "shape": ["input=1x3x224x224:8x3x224x224:32x3x224x224"]},
+                {"model": "bert.onnx", "name": "bert-base"}],
+     "precision": ["fp16", "int8"],
+     "options": {"builder": "tensorrt", "workspace": "4G"}}
+
+A list value is a repeated flag (``shape``, ``profile``, ``key-extra``), ``true`` a switch; a relative model path
+is relative to the matrix file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from trtwarm.config import Settings
+from trtwarm.errors import ConfigError, TrtwarmError, exit_code_for
+from trtwarm.remote.sync import RemoteSync
+from trtwarm.remote.url import parse
+
+log = logging.getLogger("trtwarm.prebuild")
+
+
+def _flags(row: Mapping[str, Any], base: Path) -> list[str]:
+    argv: list[str] = []
+    for name, value in row.items():
+        flag = "--" + str(name).replace("_", "-")
+        if name == "model":
+            value = str((base / str(value)) if not Path(str(value)).is_absolute() else value)
+        if value is True:
+            argv.append(flag)
+        elif isinstance(value, list):
+            for item in value:
+                argv += [flag, str(item)]
+        elif value not in (None, False):
+            argv += [flag, str(value)]
+    return argv
+
+
+def matrix_rows(path: Path) -> list[tuple[str, list[str]]]:
+    """``(label, init flags)`` per model × precision. :raises ConfigError: unreadable or malformed matrix."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--matrix {path}: {getattr(exc, 'strerror', None) or exc}",
+                          hint="a JSON file: {\"models\": [{\"model\": \"a.onnx\"}], \"precision\": [\"fp16\"]}") from None
+    models, precisions = doc.get("models") if isinstance(doc, dict) else None, doc.get("precision", [None])
+    if not isinstance(models, list) or not models or not all(isinstance(m, dict) and m.get("model") for m in models):
+        raise ConfigError(f"--matrix {path}: needs \"models\", a list of objects each with a \"model\"")
+    options = doc.get("options") or {}
+    rows = []
+    for model in models:
+        for precision in precisions if isinstance(precisions, list) else [precisions]:
+            row = {**options, **model, **({"precision": precision} if precision else {})}
+            label = f"{model.get('name') or Path(str(model['model'])).stem}/{row.get('precision', 'default')}"
+            rows.append((label, _flags(row, path.parent)))
+    return rows
+
+
+def settings_for(flags: list[str], environ: Mapping[str, str], **extra: Any) -> Settings:
+    """Parse one row's flags with ``init``'s parser (same validation) into Settings; *extra* overrides."""
+    from trtwarm.cli import _init_only_flags
+
+    parser = argparse.ArgumentParser(prog="trtwarm prebuild", add_help=False, exit_on_error=False)
+    _init_only_flags(parser)
+    try:
+        ns = parser.parse_args(flags)
+    except (argparse.ArgumentError, SystemExit) as exc:
+        raise ConfigError(f"matrix row {' '.join(flags)}: {exc}") from None
+    for name, value in extra.items():
+        setattr(ns, name, value)
+    return Settings.from_namespace(ns, environ)
+
+
+def _one(label: str, settings: Settings, sync: RemoteSync) -> str:
+    """Build and push one row unless the remote has it. :return: what happened"""
+    from trtwarm.warm import resolve, warm
+
+    plan = resolve(settings)
+    if sync.repo.get_ref(plan.key) is not None:
+        return "present"
+    local = plan.store.lookup(plan.key, plan.name)
+    if local is not None:
+        sync.push(local)
+        return f"pushed from the local cache ({sync.stats['push']})"
+    report = warm(settings)
+    return f"{report.result}, {report.remote.get('push', 'not pushed')}"
+
+
+def run(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """``trtwarm prebuild``: one progress line per row, a summary table; exit status of the first failure."""
+    from trtwarm.lifecycle.tables import render
+
+    if not ns.remote:
+        raise ConfigError("prebuild needs --remote s3://BUCKET/PREFIX (or TRTWARM_REMOTE)")
+    remote = parse(ns.remote, environ)
+    rows = matrix_rows(Path(ns.matrix))
+    work = Path(ns.cache_dir) if ns.cache_dir else Path(tempfile.mkdtemp(prefix="trtwarm-prebuild-"))
+    results, first_failure = [], 0
+    for index, (label, flags) in enumerate(rows, 1):
+        start = time.monotonic()
+        try:
+            settings = settings_for(flags, environ, cache_dir=str(work / "cache"), remote=ns.remote,
+                                    remote_push="required", handoff_dir=str(work / "handoff" / str(index)))
+            sync = RemoteSync(remote, _store(settings), push="required")
+            outcome, code = _one(label, settings, sync), 0
+        except TrtwarmError as exc:
+            code = exit_code_for(exc)
+            outcome = f"FAILED ({code}): {exc.message}"
+            first_failure = first_failure or code
+        seconds = time.monotonic() - start
+        log.info("[%d/%d] %s: %s (%.1f s)", index, len(rows), label, outcome, seconds)
+        results.append([label, outcome, f"{seconds:.1f}"])
+    print(render(["ROW", "RESULT", "SECONDS"], results, right=("SECONDS",)))
+    failed = sum(r[1].startswith("FAILED") for r in results)
+    print(f"\n{len(rows)} rows: {len(rows) - failed} ok, {failed} failed")
+    return first_failure
+
+
+def _store(settings: Settings) -> Any:
+    from trtwarm.volume.layout import Layout
+    from trtwarm.volume.store import EngineStore
+
+    layout = Layout(settings.cache_dir)
+    layout.ensure()
+    return EngineStore(layout)
+
+
+def coverage_rows(path: Path, environ: Mapping[str, str], tensorrt: str | None) -> list[tuple[str, dict[str, Any]]]:
+    """``(label, key document without its device)`` per matrix row, computed without a GPU (TensorRT declared)."""
+    from trtwarm.builders.base import get_builder
+    from trtwarm.key import SCHEMA, model_fields
+    from trtwarm.volume.statcache import inspect_model
+
+    out = []
+    for label, flags in matrix_rows(path):
+        settings = settings_for(flags, environ, **({"tensorrt_version": tensorrt} if tensorrt else {}))
+        builder = get_builder(settings)
+        facts, _memo = inspect_model(settings.model, None)
+        out.append((label, {"schema": SCHEMA, "model": model_fields(facts), "builder": builder.identity(),
+                            "build": builder.build_fields(facts)}))
+    return out
+
+
+__all__ = ["coverage_rows", "matrix_rows", "run", "settings_for"]

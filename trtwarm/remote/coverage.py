@@ -1,0 +1,60 @@
+"""Coverage: which Pods would hit. For each matrix row (a key document without its device section) and each GPU
+product of the fleet, is there a ref whose key document equals it on that product?
+
+A ref built ``--hardware-compat ampere+`` covers every product listed (the caller lists only Ampere or newer);
+one built ``same-cc`` names a compute capability, which a product name alone does not give, so it counts only
+where the caller passes that class (``sm8.9``) as a "GPU".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One (row, GPU) answer."""
+
+    row: str
+    gpu: str
+    key: str | None  # the matching ref's key, or None: missing
+
+
+def _device_matches(device: dict[str, Any], gpu: str) -> bool:
+    if device.get("kind") != "gpu":
+        return gpu.lower() == "cpu"
+    if "product" in device:
+        return str(device["product"]) == gpu and not device.get("mig_profile")
+    return device.get("class") == "ampere+" or device.get("class") == gpu
+
+
+def _same_builder(have: dict[str, Any], want: dict[str, Any]) -> bool:
+    """Equal builder sections; a TensorRT version declared without ``+cuN`` matches any CUDA major."""
+    if want.get("cuda") is None:
+        have = {k: v for k, v in have.items() if k != "cuda"}
+        want = {k: v for k, v in want.items() if k != "cuda"}
+    return have == want
+
+
+def cover(rows: Sequence[tuple[str, dict[str, Any]]], gpus: Sequence[str],
+          refs: Iterable[tuple[str, dict[str, Any]]]) -> list[Cell]:
+    """*rows*: ``(label, key document minus device)``; *refs*: ``(key, ref)``. One :class:`Cell` per row × GPU."""
+    docs = [(key, ref["manifest"].get("key_document") or {}) for key, ref in refs]
+    cells = []
+    for label, want in rows:
+        candidates = [(k, d) for k, d in docs if all(d.get(s) == want.get(s) for s in ("schema", "model", "build"))
+                      and _same_builder(d.get("builder") or {}, want.get("builder") or {})]
+        for gpu in gpus:
+            match = next((k for k, d in candidates if _device_matches(d.get("device") or {}, gpu)), None)
+            cells.append(Cell(label, gpu, match))
+    return cells
+
+
+def percent(cells: Sequence[Cell]) -> float:
+    """Share of cells present, 0-100 (100 for no cells)."""
+    return 100.0 * sum(c.key is not None for c in cells) / len(cells) if cells else 100.0
+
+
+__all__ = ["Cell", "cover", "percent"]

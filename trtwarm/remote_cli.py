@@ -1,0 +1,191 @@
+"""``trtwarm remote ls|show|rm|gc|coverage`` and ``trtwarm prebuild``: argument parsing and output.
+
+Every command takes ``--remote s3://BUCKET/PREFIX`` (``TRTWARM_REMOTE``) and ``--json``; ``rm`` and ``gc`` print
+their plan and change nothing without ``--yes`` (``--dry-run`` never changes anything). Listing reads refs only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from trtwarm.errors import ConfigError
+from trtwarm.remote.client import Client
+from trtwarm.remote.repo import Repository, blob_path, manifest_files, ref_path
+from trtwarm.remote.url import parse
+
+
+def add_parsers(sub: Any) -> None:
+    """Add ``remote`` (with its subcommands) and ``prebuild`` to the top-level subparsers *sub*."""
+    remote = sub.add_parser("remote", help="the central engine repository on S3-compatible storage")
+    rsub = remote.add_subparsers(dest="remote_command", required=True, metavar="SUBCOMMAND")
+    for name, func, text in (("ls", cmd_ls, "one row per ref"), ("show", cmd_show, "one ref's manifest"),
+                             ("rm", cmd_rm, "remove refs (their blobs go with gc)"),
+                             ("gc", cmd_gc, "retention: old refs, unreferenced blobs after a grace period"),
+                             ("coverage", cmd_coverage, "which Pods would hit: matrix × GPU products")):
+        p = rsub.add_parser(name, help=text)
+        p.add_argument("--remote", help="s3://BUCKET/PREFIX (TRTWARM_REMOTE)")
+        p.add_argument("--json", action="store_true")
+        p.add_argument("--log-format", default="text", choices=["text", "json"])
+        p.set_defaults(func=func)
+        if name in ("show", "rm"):
+            p.add_argument("keys", nargs="+", metavar="KEY", help="a key or a prefix of 8+ hex digits")
+        if name in ("rm", "gc"):
+            p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+            p.add_argument("--yes", action="store_true", help="do it")
+        if name == "gc":
+            p.add_argument("--max-age", help="remove refs created longer ago, e.g. 90d")
+            p.add_argument("--keep-per-model", type=int, help="keep the newest N refs per model")
+            p.add_argument("--blob-grace", default="1d", help="unreferenced blobs younger than this stay (%(default)s)")
+        if name == "coverage":
+            p.add_argument("--matrix", required=True, help="the prebuild matrix (JSON)")
+            p.add_argument("--gpus", required=True, help="comma-separated GPU products, e.g. 'NVIDIA H100 80GB HBM3'")
+            p.add_argument("--tensorrt", help="the servers' TensorRT, e.g. 10.16.1.11+cu12 (tensorrt rows)")
+    pre = sub.add_parser("prebuild", help="CI: build on this GPU what the remote lacks, and push it")
+    pre.add_argument("--matrix", required=True, help="models × precisions × options (JSON; see README)")
+    pre.add_argument("--remote", help="s3://BUCKET/PREFIX (TRTWARM_REMOTE)")
+    pre.add_argument("--cache-dir", help="local cache to build in (default: a fresh temporary directory)")
+    pre.add_argument("--log-format", default="text", choices=["text", "json"])
+    pre.set_defaults(func=cmd_prebuild)
+
+
+def _repo(ns: argparse.Namespace, environ: Mapping[str, str]) -> Repository:
+    if not ns.remote:
+        raise ConfigError("no repository given", hint="pass --remote s3://BUCKET/PREFIX (or set TRTWARM_REMOTE)")
+    repo = Repository(Client(parse(ns.remote, environ)))
+    repo.client.check_bucket()  # a missing bucket or wrong credentials fail here, with their own exit code
+    return repo
+
+
+def _out(doc: Any) -> None:
+    print(json.dumps(doc, indent=2 if sys.stdout.isatty() else None, sort_keys=True))
+
+
+def _row(key: str, ref: dict[str, Any]) -> list[str]:
+    from trtwarm.device import short_name
+    from trtwarm.lifecycle.tables import human_bytes, utc
+
+    m = ref["manifest"]
+    doc = m.get("key_document") or {}
+    builder = doc.get("builder") or {}
+    built = m.get("built_by") or {}
+    return [str(m.get("name", "?")).rsplit("--", 1)[0], key[:16], f"{builder.get('name')} {builder.get('version')}",
+            short_name(doc.get("device") or {}), str((doc.get("build") or {}).get("precision", "-")),
+            human_bytes(sum(r["bytes"] for r in manifest_files(m))), utc(m.get("created")),
+            str(built.get("ci_job") or built.get("pod") or built.get("hostname") or "-"),
+            "yes" if ref.get("signature") else "no"]
+
+
+def cmd_ls(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """``trtwarm remote ls``."""
+    from trtwarm.lifecycle.tables import render
+
+    refs = _repo(ns, environ).read_refs()
+    if ns.json:
+        _out([{"key": k, "ref": r, "problem": p or None} for k, r, p in refs])
+        return 0
+    rows = [_row(k, r) if r else ["(unreadable)", k[:16], p, "", "", "", "", "", ""] for k, r, p in refs]
+    print(render(["NAME", "KEY", "BUILDER", "DEVICE", "PRECISION", "SIZE", "CREATED", "BUILT BY", "SIGNED"],
+                 sorted(rows), right=("SIZE",)))
+    print(f"\n{len(refs)} refs in {ns.remote}")
+    return 0
+
+
+def _select(repo: Repository, selectors: list[str]) -> list[str]:
+    keys = [k for k, _meta in repo.keys()]
+    chosen = []
+    for sel in selectors:
+        if len(sel) < 8 or any(c not in "0123456789abcdef" for c in sel.lower()):
+            raise ConfigError(f"{sel!r} is not a key or a key prefix of 8+ hex digits", hint="`trtwarm remote ls`")
+        found = [k for k in keys if k.startswith(sel.lower())]
+        if len(found) != 1:
+            raise ConfigError(f"{sel!r} matches {len(found)} refs", hint="give more of the key (`trtwarm remote ls`)")
+        chosen.append(found[0])
+    return chosen
+
+
+def cmd_show(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """``trtwarm remote show KEY``: the ref (manifest and signature) as JSON."""
+    repo = _repo(ns, environ)
+    docs = [repo.get_ref(k) for k in _select(repo, ns.keys)]
+    _out(docs[0] if len(docs) == 1 else docs)
+    return 0
+
+
+def cmd_rm(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """``trtwarm remote rm KEY...``: removes refs; the blobs go with a later ``remote gc``."""
+    repo = _repo(ns, environ)
+    keys = _select(repo, ns.keys)
+    act = ns.yes and not ns.dry_run
+    for key in keys:
+        if act:
+            repo.delete_ref(key)
+        print(f"{'removed' if act else 'would remove'} {ref_path(key)}")
+    if not act:
+        print("(plan only: pass --yes to remove)")
+    return 0
+
+
+def cmd_gc(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """``trtwarm remote gc``: plan, then (with ``--yes``) delete refs and unreferenced old blobs."""
+    from trtwarm.config import parse_duration
+    from trtwarm.lifecycle.tables import human_bytes
+    from trtwarm.remote.gc import plan
+
+    repo = _repo(ns, environ)
+    blobs = list(repo.blobs())  # blobs first: one uploaded after this listing is not in the plan at all
+    todo = plan(repo.read_refs(), blobs, time.time(), max_age=parse_duration(ns.max_age) if ns.max_age else None,
+                keep_per_model=ns.keep_per_model, blob_grace=parse_duration(ns.blob_grace))
+    act = ns.yes and not ns.dry_run
+    if act:
+        for key, _name, _reason in todo.refs:
+            repo.delete_ref(key)
+        for sha, _size in todo.blobs:
+            repo.client.delete(blob_path(sha))
+    if ns.json:
+        _out({**todo.as_json(), "done": act})
+        return 0
+    verb = "removed" if act else "would remove"
+    for key, name, reason in todo.refs:
+        print(f"{verb} ref {key[:16]} {name} ({reason})")
+    for sha, size in todo.blobs:
+        print(f"{verb} blob {sha[:16]} ({human_bytes(size)}, unreferenced)")
+    print(f"{len(todo.refs)} refs and {len(todo.blobs)} blobs ({human_bytes(sum(s for _, s in todo.blobs))}); kept "
+          f"{todo.kept_refs} refs, {todo.referenced} referenced blobs, {todo.young} unreferenced blobs inside the "
+          f"grace period" + (f"; {todo.note}" if todo.note else "") + ("" if act else "\n(plan only: pass --yes)"))
+    return 0
+
+
+def cmd_coverage(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """``trtwarm remote coverage``: a table of matrix row × GPU product, present or missing, and a percentage."""
+    from trtwarm.lifecycle.tables import render
+    from trtwarm.prebuild import coverage_rows
+    from trtwarm.remote.coverage import cover, percent
+
+    rows = coverage_rows(Path(ns.matrix), environ, ns.tensorrt)
+    gpus = [g.strip() for g in ns.gpus.split(",") if g.strip()]
+    refs = [(k, r) for k, r, _p in _repo(ns, environ).read_refs() if r is not None]
+    cells = cover(rows, gpus, refs)
+    if ns.json:
+        _out({"percent": round(percent(cells), 1), "cells": [{"row": c.row, "gpu": c.gpu, "key": c.key}
+                                                             for c in cells]})
+        return 0
+    table = [[label, *("present" if c.key else "MISSING" for c in cells if c.row == label)] for label, _ in rows]
+    print(render(["MODEL/PRECISION", *gpus], table))
+    print(f"\ncoverage {percent(cells):.0f}% ({sum(c.key is not None for c in cells)} of {len(cells)})")
+    return 0
+
+
+def cmd_prebuild(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """``trtwarm prebuild``."""
+    from trtwarm.prebuild import run
+
+    return run(ns, environ)
+
+
+__all__ = ["add_parsers"]
