@@ -278,3 +278,85 @@ def test_server_killed_mid_pull_then_a_clean_build_or_a_clear_error(model: Path,
     finally:
         proxy.close()
         server.stop()
+
+
+def _matrix(tmp_path: Path, model: Path, extra_models: list[dict[str, Any]] | None = None) -> Path:
+    matrix = tmp_path / "matrix.json"
+    matrix.write_text(json.dumps({
+        "models": [{"model": model.name, "shape": ["input=1x16:8x16:32x16"]},
+                   {"model": model.name, "name": "mlp-static"}, *(extra_models or [])],
+        "options": {"builder": "onnxruntime"}}))
+    (tmp_path / model.name).write_bytes(model.read_bytes())
+    return matrix
+
+
+def test_prebuild_fills_the_remote_and_coverage_says_which_pods_would_hit(
+        s3: SeaweedServer, url: str, model: Path, tmp_path: Path) -> None:
+    matrix = _matrix(tmp_path, model)
+    env = {**s3.env(), "TRTWARM_REMOTE": url}
+    before = run_trtwarm("remote", "coverage", "--matrix", str(matrix), "--gpus", "cpu,NVIDIA H100 80GB HBM3",
+                         "--json", env=env)
+    assert before.returncode == 0, before.stderr
+    assert json.loads(before.stdout)["percent"] == 0.0
+
+    first = run_trtwarm("prebuild", "--matrix", str(matrix), env=env)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.count("built, pushed") == 2 and "2 rows: 2 ok, 0 failed" in first.stdout
+    assert "[1/2] mlp/default: built, pushed" in first.stderr and "[2/2] mlp-static/default" in first.stderr
+    again = run_trtwarm("prebuild", "--matrix", str(matrix), env=env)
+    assert again.stdout.count("present") == 2
+
+    after = run_trtwarm("remote", "coverage", "--matrix", str(matrix), "--gpus", "cpu,NVIDIA H100 80GB HBM3", env=env)
+    assert after.returncode == 0, after.stderr
+    assert "coverage 50% (2 of 4)" in after.stdout
+    assert [line.split()[1:] for line in after.stdout.splitlines()[1:3]] == [["present", "MISSING"]] * 2
+    listing = run_trtwarm("remote", "ls", env=env)
+    assert listing.stdout.count("onnxruntime 1.") == 2 and "2 refs in" in listing.stdout
+
+    # a Pod on a fresh volume with one of the matrix configurations pulls what CI prebuilt
+    pod = run_trtwarm(*ort_init_args(tmp_path / model.name, tmp_path / "pod", tmp_path / "hp", "--remote", url),
+                      env=s3.env())
+    assert pod.summary["result"] == "pulled"
+
+
+def test_prebuild_exit_status_says_what_failed(s3: SeaweedServer, url: str, model: Path, tmp_path: Path) -> None:
+    matrix = _matrix(tmp_path, model, [{"model": "missing.onnx"}])
+    run = run_trtwarm("prebuild", "--matrix", str(matrix), "--remote", url, env=s3.env())
+    assert run.returncode == 3, run.stderr
+    assert "2 rows: 2 ok" not in run.stdout and "3 rows: 2 ok, 1 failed" in run.stdout
+    assert "FAILED (3)" in run.stdout
+
+
+def test_remote_gc_never_removes_a_blob_a_ref_points_to(s3: SeaweedServer, url: str, model: Path,
+                                                       tmp_path: Path) -> None:
+    import obstore
+
+    matrix = _matrix(tmp_path, model)
+    env = {**s3.env(), "TRTWARM_REMOTE": url}
+    assert run_trtwarm("prebuild", "--matrix", str(matrix), env=env).returncode == 0
+    store = bucket(s3, url.removeprefix("s3://engines/"))
+    orphan = "blobs/sha256/" + "ab" * 32
+    obstore.put(store, orphan, b"left by a push that never wrote its ref")
+    referenced = set(objects(s3, url, "blobs/")) - {orphan}
+    assert len(referenced) >= 1
+
+    young = run_trtwarm("remote", "gc", "--yes", env=env)  # default grace 1 d: the orphan may be a push in flight
+    assert young.returncode == 0 and "1 unreferenced blobs inside the grace period" in young.stdout
+    assert orphan in objects(s3, url, "blobs/")
+
+    dry = run_trtwarm("remote", "gc", "--blob-grace", "0s", "--dry-run", "--json", env=env)
+    assert [b["sha256"] for b in json.loads(dry.stdout)["blobs"]] == ["ab" * 32]
+    assert orphan in objects(s3, url, "blobs/")  # --dry-run changed nothing
+    done = run_trtwarm("remote", "gc", "--blob-grace", "0s", "--yes", env=env)
+    assert done.returncode == 0, done.stderr
+    assert set(objects(s3, url, "blobs/")) == referenced  # every blob a ref names is still there
+
+    keys = [k["key"] for k in json.loads(run_trtwarm("remote", "ls", "--json", env=env).stdout)]
+    assert run_trtwarm("remote", "rm", keys[0][:12], "--yes", env=env).returncode == 0
+    shown = json.loads(run_trtwarm("remote", "show", keys[1], env=env).stdout)
+    kept_blob = f"blobs/sha256/{shown['manifest']['engine_sha256']}"
+    later = run_trtwarm("remote", "gc", "--max-age", "0s", "--blob-grace", "0s", "--yes", "--json", env=env)
+    assert len(json.loads(later.stdout)["refs"]) == 1  # the last ref goes by age ...
+    assert kept_blob in objects(s3, url, "blobs/")  # ... and its blobs wait for the next pass (a reader may be on it)
+    final = run_trtwarm("remote", "gc", "--blob-grace", "0s", "--yes", env=env)
+    assert final.returncode == 0 and objects(s3, url, "blobs/") == [] and objects(s3, url, "refs/") == []
