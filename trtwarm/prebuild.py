@@ -9,7 +9,7 @@ The matrix is JSON (models × precisions, with shared options); every key is an 
      "options": {"builder": "tensorrt", "workspace": "4G"}}
 
 A list value is a repeated flag (``shape``, ``profile``, ``key-extra``), ``true`` a switch; a relative model path
-is relative to the matrix file.
+is relative to ``"base"`` when the matrix has one (e.g. the chart's model mount), else to the matrix file.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def matrix_rows(path: Path) -> list[tuple[str, list[str]]]:
         for precision in precisions if isinstance(precisions, list) else [precisions]:
             row = {**options, **model, **({"precision": precision} if precision else {})}
             label = f"{model.get('name') or Path(str(model['model'])).stem}/{row.get('precision', 'default')}"
-            rows.append((label, _flags(row, path.parent)))
+            rows.append((label, _flags(row, Path(str(doc.get("base") or path.parent)))))
     return rows
 
 

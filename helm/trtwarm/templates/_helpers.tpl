@@ -50,6 +50,29 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if or (.Values.serviceAccount | default dict).create .Values.rbac.events }}true{{ end }}
 {{- end }}
 
+{{/* The central engine repository (remote.*): where it is and how to authenticate; never a secret's value. */}}
+{{- define "trtwarm.remoteEnv" -}}
+{{- $r := .Values.remote }}
+{{- $env := list }}
+{{- if $r.url }}
+{{- $env = append $env (dict "name" "TRTWARM_REMOTE" "value" (toString $r.url)) }}
+{{- $env = append $env (dict "name" "TRTWARM_REMOTE_PUSH" "value" (toString $r.push)) }}
+{{- $env = append $env (dict "name" "AWS_REGION" "value" (toString $r.region)) }}
+{{- with $r.endpoint }}{{ $env = append $env (dict "name" "AWS_ENDPOINT_URL" "value" (toString .)) }}{{ end }}
+{{- if $r.allowHttp }}{{ $env = append $env (dict "name" "AWS_ALLOW_HTTP" "value" "true") }}{{ end }}
+{{- with $r.tensorrtVersion }}{{ $env = append $env (dict "name" "TRTWARM_TENSORRT_VERSION" "value" (toString .)) }}{{ end }}
+{{- end }}
+{{- toYaml $env }}
+{{- end }}
+
+{{- define "trtwarm.remoteEnvFrom" -}}
+{{- if and .Values.remote.url .Values.remote.credentials.secretName }}
+envFrom:
+  - secretRef:
+      name: {{ .Values.remote.credentials.secretName }}
+{{- end }}
+{{- end }}
+
 {{- define "trtwarm.serviceAccountName" -}}
 {{- if include "trtwarm.createServiceAccount" . }}{{ default (include "trtwarm.fullname" .) .Values.serviceAccount.name }}
 {{- else }}{{ .Values.serviceAccount.name }}{{ end }}
@@ -156,7 +179,7 @@ value stay part of the argument). */}}
 {{- $a = append $a (printf "--verify=%v" $e.verify) -}}
 {{- $a = append $a (printf "--lock-mode=%v" $e.lockMode) -}}
 {{- $a = append $a (printf "--lock-timeout=%v" $e.lockTimeout) -}}
-{{- if $e.readOnly }}{{ $a = append $a "--read-only" }}{{ end -}}
+{{- if or $e.readOnly (and .Values.remote.url .Values.remote.pullOnly) }}{{ $a = append $a "--read-only" }}{{ end -}}
 {{- if $e.triton.enabled -}}
 {{- $a = append $a (printf "--triton-repo=%v/triton" .Values.handoff.mountPath) -}}
 {{- $a = append $a (printf "--triton-model=%v" $e.triton.model) -}}
@@ -198,14 +221,20 @@ the same GPU. */}}
 
 {{- define "trtwarm.initContainer" -}}
 - name: trtwarm-init
+  {{- if and .Values.remote.url .Values.remote.pullOnly }}
+  image: {{ include "trtwarm.image" (dict "image" .Values.remote.pullOnlyImage "ctx" . "what" "remote.pullOnlyImage" "default" .Chart.AppVersion) }}
+  {{- else }}
   image: {{ include "trtwarm.image" (dict "image" .Values.init.image "ctx" . "what" "init.image" "default" .Chart.AppVersion) }}
+  {{- end }}
   imagePullPolicy: {{ .Values.init.image.pullPolicy }}
   command: ["trtwarm-init"]
   args:
     {{- include "trtwarm.initArgs" . | nindent 4 }}
   env:
     {{- $base := concat (include "trtwarm.podEnv" . | fromYamlArray) (list (dict "name" "TRTWARM_LOG_FORMAT" "value" (toString .Values.init.logFormat))) }}
+    {{- $base = concat $base (include "trtwarm.remoteEnv" . | fromYamlArray) }}
     {{- include "trtwarm.env" (dict "base" $base "extra" (.Values.init.env | default list)) | nindent 4 }}
+  {{- include "trtwarm.remoteEnvFrom" . | nindent 2 }}
   resources:
     {{- include "trtwarm.initResources" . | nindent 4 }}
   securityContext:
