@@ -67,3 +67,28 @@ def test_prebuild_without_a_url_fails_to_render_with_the_reason() -> None:
     with pytest.raises((subprocess.CalledProcessError, Exception)) as err:
         render({"remote": {"prebuild": {"enabled": True, "gpuProducts": ["X"]}}})
     assert "remote.prebuild.enabled needs remote.url" in str(getattr(err.value, "stderr", "") or err.value)
+
+
+def test_deploy_remote_prebuild_jobs_validate_and_select_one_gpu_product_each() -> None:
+    from k8s import manifests, validate
+
+    objs = manifests(ROOT / "deploy" / "remote" / "prebuild-jobs.yaml")
+    assert validate(objs, range(29, 38)) == []
+    jobs = [o for o in objs if o["kind"] == "Job"]
+    assert [j["spec"]["template"]["spec"]["nodeSelector"]["nvidia.com/gpu.product"] for j in jobs] == [
+        "NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB"]
+    [config] = [o for o in objs if o["kind"] == "ConfigMap"]
+    assert json.loads(config["data"]["matrix.json"])["models"][0]["model"] == "resnet50.onnx"
+
+
+def test_the_ci_workflow_example_runs_prebuild_per_gpu_runner_and_a_matrix_trtwarm_accepts() -> None:
+    from trtwarm.prebuild import matrix_rows
+
+    flow = yaml.safe_load((ROOT / "deploy" / "remote" / "github-actions-prebuild.yml").read_text())
+    steps = flow["jobs"]["prebuild"]["steps"]
+    assert any("trtwarm prebuild --matrix deploy/remote/matrix.json" in s.get("run", "") for s in steps)
+    assert flow["jobs"]["prebuild"]["strategy"]["matrix"]["runner"] == ["gpu-h100", "gpu-a100"]
+    assert "models/**" in flow[True]["push"]["paths"]  # YAML 1.1 reads the key `on` as True
+    rows = matrix_rows(ROOT / "deploy" / "remote" / "matrix.json")
+    assert [label for label, _ in rows] == ["resnet50/fp16", "bert-base/fp16"]
+    assert "/models/src/bert-base.onnx" in rows[1][1]
