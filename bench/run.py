@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 MiB = 1 << 20
 
 
@@ -283,9 +283,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, nothing written (a smoke run)")
     parser.add_argument("--skip-8g-digest", action="store_true", help="leave out the 8 GiB digest row (slow)")
-    parser.add_argument("--only", choices=["trust", "images"], help="run one benchmark and replace its README rows")
+    parser.add_argument("--only", choices=["trust", "images", "remote"],
+                        help="run one benchmark and replace its README rows")
     parser.add_argument("--no-images", action="store_true", help="skip the image rows (bench/images.py)")
     args = parser.parse_args()
+    if args.only == "remote":
+        return _only_remote(args.quick)
     if args.only == "trust":
         return _only_trust()
     if args.only == "images":
@@ -336,6 +339,21 @@ def _trust(work: Path) -> dict[str, object]:
 
     work.mkdir(exist_ok=True)
     return bench_trust(work, _init_argv, _env(), _timed, _model(work))
+
+
+def _only_remote(quick: bool) -> int:
+    """The remote-repository row (bench/bench_remote.py), between ``<!-- bench-remote -->`` markers in README.md."""
+    from bench_remote import bench_remote, render as render_remote
+
+    with tempfile.TemporaryDirectory(prefix="trtwarm-bench-remote-") as tmp:
+        row = bench_remote(Path(tmp), (128 if quick else 1024) * MiB)
+    table = render_remote(row)
+    print(table)
+    if not quick:
+        readme = ROOT / "README.md"
+        readme.write_text(re.sub(r"(<!-- bench-remote -->\n).*?(<!-- /bench-remote -->)",
+                                 lambda m: m[1] + table + m[2], readme.read_text(), flags=re.S))
+    return 0
 
 
 def _only_trust() -> int:

@@ -39,7 +39,7 @@ class RemoteURL:
     connect_timeout: float = 5.0
     retries: int = 4
     chunk: int = 16 << 20  # ranged-GET size and multipart part size
-    concurrency: int = 8  # ranges (and parts) in flight
+    concurrency: int = 4  # ranges in flight (parts: half); 8 × 16 MiB peaked at 400 MB RSS here
     aws: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -80,7 +80,7 @@ def parse(url: str, environ: Mapping[str, str]) -> RemoteURL:
                      connect_timeout=parse_duration(environ.get("TRTWARM_REMOTE_CONNECT_TIMEOUT", "5s")),
                      retries=_int(environ.get("TRTWARM_REMOTE_RETRIES", "4"), "TRTWARM_REMOTE_RETRIES"),
                      chunk=max(parse_size(environ.get("TRTWARM_REMOTE_CHUNK", "16M")), 5 << 20),
-                     concurrency=max(_int(environ.get("TRTWARM_REMOTE_CONCURRENCY", "8"), "TRTWARM_REMOTE_CONCURRENCY"),
+                     concurrency=max(_int(environ.get("TRTWARM_REMOTE_CONCURRENCY", "4"), "TRTWARM_REMOTE_CONCURRENCY"),
                                      1), aws=aws)
 
 
