@@ -21,7 +21,7 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from trtwarm.config import Settings
 from trtwarm.errors import ConfigError, TrtwarmError, exit_code_for
@@ -56,7 +56,8 @@ def matrix_rows(path: Path) -> list[tuple[str, list[str]]]:
                           hint="a JSON file: {\"models\": [{\"model\": \"a.onnx\"}], \"precision\": [\"fp16\"]}") from None
     models, precisions = doc.get("models") if isinstance(doc, dict) else None, doc.get("precision", [None])
     if not isinstance(models, list) or not models or not all(isinstance(m, dict) and m.get("model") for m in models):
-        raise ConfigError(f"--matrix {path}: needs \"models\", a list of objects each with a \"model\"")
+        raise ConfigError(f"--matrix {path}: needs \"models\", a list of objects each with a \"model\"",
+                          hint="a JSON file: {\"models\": [{\"model\": \"a.onnx\"}], \"precision\": [\"fp16\"]}")
     options = doc.get("options") or {}
     rows = []
     for model in models:
@@ -67,16 +68,21 @@ def matrix_rows(path: Path) -> list[tuple[str, list[str]]]:
     return rows
 
 
+class _RowParser(argparse.ArgumentParser):
+    """``init``'s flags for one matrix row: a bad one is a ConfigError naming it, not argparse's exit."""
+
+    def error(self, message: str) -> NoReturn:  # noqa: D102
+        raise ConfigError(f"matrix row: {message}", hint="every key of a matrix row is an `init` flag; see "
+                          "`trtwarm init --help`")
+
+
 def settings_for(flags: list[str], environ: Mapping[str, str], **extra: Any) -> Settings:
     """Parse one row's flags with ``init``'s parser (same validation) into Settings; *extra* overrides."""
     from trtwarm.cli import _init_only_flags
 
-    parser = argparse.ArgumentParser(prog="trtwarm prebuild", add_help=False, exit_on_error=False)
+    parser = _RowParser(prog="trtwarm prebuild", add_help=False)
     _init_only_flags(parser)
-    try:
-        ns = parser.parse_args(flags)
-    except (argparse.ArgumentError, SystemExit) as exc:
-        raise ConfigError(f"matrix row {' '.join(flags)}: {exc}") from None
+    ns = parser.parse_args(flags)
     for name, value in extra.items():
         setattr(ns, name, value)
     return Settings.from_namespace(ns, environ)

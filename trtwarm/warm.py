@@ -321,14 +321,14 @@ def _obtain(plan: Plan) -> tuple[Entry, str]:
 def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
     """Run ``trtwarm init``: return the report after writing the hand-off. :raises TrtwarmError: see errors."""
     start = time.monotonic()
-    remote = _remote_url(settings)
+    remote = _remote(settings, events)
     handoff.clear(settings.handoff_dir)
     if not settings.read_only and not Layout(settings.cache_dir).statcache.is_dir():
         with contextlib.suppress(VolumeError):  # surfaces again, with its reason, if a build turns out to be needed
             Layout(settings.cache_dir).ensure()  # so the first start already memoises the model's digests
     plan = resolve(settings)
     plan.events = events
-    plan.remote = _remote_sync(plan, remote)
+    plan.remote = remote
     log.info("key %s for %s", plan.key[:16], plan.name)
     if plan.layout.leases.is_dir():  # before the lookup: a gc that planned without seeing it undoes its removal
         leases.take(plan.layout, plan.key, plan.name, settings.identity)
@@ -369,23 +369,13 @@ def _hand_off(settings: Settings, report: WarmReport, entry: Entry, builder: str
 
 
 # --- remote repository hook (trtwarm.remote; issue 12): pull under the key's lock before a build, push after ---
-def _remote_url(settings: Settings) -> Any:
-    """The parsed ``--remote`` (checked before any work), or None."""
+def _remote(settings: Settings, events: EventRecorder | None) -> Any:
+    """A :class:`trtwarm.remote.sync.RemoteSync` for ``--remote`` (its settings checked before any work), or None."""
     if not settings.remote:
-        return None
-    from trtwarm.remote.url import parse
-
-    return parse(settings.remote, settings.environ)
-
-
-def _remote_sync(plan: Plan, remote: Any) -> Any:
-    if remote is None:
         return None
     from trtwarm.remote.sync import RemoteSync
 
-    s = plan.settings
-    return RemoteSync(remote, plan.store, push="off" if s.read_only else s.remote_push, strict=s.read_only,
-                      emit=plan.emit, verify_ref=None)  # TRUST HOOK: the trust policy's ref verification goes here
+    return RemoteSync.for_init(settings, EngineStore(Layout(settings.cache_dir)), events.emit if events else None)
 
 
 def _remote_push_staged(plan: Plan, staging: Any, manifest: dict[str, Any],
@@ -396,11 +386,6 @@ def _remote_push_staged(plan: Plan, staging: Any, manifest: dict[str, Any],
     adopted: Entry | None = plan.remote.push_staged(staging, manifest, signature, plan.name,
                                                     _load_check(plan, trust=False))
     return adopted
-
-
-def _remote_pull(plan: Plan) -> Entry | None:
-    entry: Entry | None = plan.remote.pull(plan.key, plan.name, _load_check(plan))
-    return entry
 # --- end of the remote repository hook ---
 
 

@@ -50,6 +50,18 @@ class PullStats:
     hash_seconds: float = 0.0
 
 
+def _check_present(repo: Repository, row: dict[str, Any]) -> str:
+    """HEAD the blob of *row*: it must exist with the manifest's size. :return: its path :raises BlobCorrupt:"""
+    sha, path = row["sha256"], blob_path(row["sha256"])
+    meta = repo.client.head(path)
+    if meta is None:
+        raise BlobCorrupt(f"blob {sha[:16]} ({row['path']}) is missing from {repo.url}", sha)
+    if meta.get("size") != row["bytes"]:
+        raise BlobCorrupt(f"blob {sha[:16]} ({row['path']}) is {meta.get('size')} bytes in {repo.url}, the manifest "
+                          f"says {row['bytes']} (truncated or replaced)", sha)
+    return path
+
+
 def fetch_blob(repo: Repository, row: dict[str, Any], dest: Path, pool: ThreadPoolExecutor, stats: PullStats,
                chunk: int = CHUNK, window: int = WINDOW, *, verify: bool = True) -> None:
     """Download the blob of *row* (``sha256``, ``bytes``) into *dest*, verifying it. :raises BlobCorrupt, RemoteError:
@@ -57,13 +69,7 @@ def fetch_blob(repo: Repository, row: dict[str, Any], dest: Path, pool: ThreadPo
     :param verify: False only for the benchmark that measures what verification costs (bench/remote.py)
     """
     sha, size = row["sha256"], row["bytes"]
-    path = blob_path(sha)
-    meta = repo.client.head(path)
-    if meta is None:
-        raise BlobCorrupt(f"blob {sha[:16]} ({row['path']}) is missing from {repo.url}", sha)
-    if meta.get("size") != size:
-        raise BlobCorrupt(f"blob {sha[:16]} ({row['path']}) is {meta.get('size')} bytes in {repo.url}, the manifest "
-                          f"says {size} (truncated or replaced)", sha)
+    path = _check_present(repo, row)
     digest = hashlib.sha256()
     offsets = iter(range(0, size, chunk))
     inflight: deque[Future[memoryview]] = deque()

@@ -27,7 +27,7 @@ from trtwarm.remote.client import KINDS, Client, kind_of
 from trtwarm.remote.pull import BlobCorrupt, pull_into
 from trtwarm.remote.push import SIGNATURE, push_entry
 from trtwarm.remote.repo import Repository
-from trtwarm.remote.url import RemoteURL
+from trtwarm.remote.url import RemoteURL, parse
 from trtwarm.volume.store import EngineStore, Entry, check_entry
 
 log = logging.getLogger("trtwarm.remote")
@@ -47,9 +47,18 @@ class RemoteSync:
         self.emit = emit or (lambda reason, message, kind: None)
         self.verify_ref = verify_ref
         self.corrupt: set[str] = set()
+        self._said_absent = False
         self.stats: dict[str, Any] = {"url": remote.url, "pulled_bytes": 0, "pushed_bytes": 0, "pull_seconds": None,
                                       "push_seconds": None, "push": "off" if push == "off" else "not-needed",
                                       "errors": dict.fromkeys(KINDS, 0)}
+
+    @classmethod
+    def for_init(cls, settings: Any, store: EngineStore, emit: Emit | None) -> RemoteSync:
+        """The init's: ``--remote`` parsed from *settings* (a :class:`trtwarm.config.Settings`); a pull-only init
+        (``--read-only``) never pushes and has no fallback. :raises ConfigError: a bad URL or AWS setting"""
+        return cls(parse(settings.remote, settings.environ), store, emit=emit, strict=settings.read_only,
+                   push="off" if settings.read_only else settings.remote_push,
+                   verify_ref=None)  # TRUST HOOK: the trust policy's ref verification goes here
 
     def _count(self, error: RemoteError) -> None:
         self.stats["errors"][kind_of(error)] += 1
@@ -70,7 +79,9 @@ class RemoteSync:
         try:
             ref = self.repo.get_ref(key)
             if ref is None:
-                log.info("%s has no engine for %s", self.repo.url, key[:16])
+                log.log(logging.DEBUG if self._said_absent else logging.INFO, "%s has no engine for %s",
+                        self.repo.url, key[:16])
+                self._said_absent = True
                 return None
             if self.verify_ref is not None:
                 self.verify_ref(ref)
