@@ -1,0 +1,111 @@
+"""The remote repository's pure parts: URL and settings, ref shapes (a hostile ref cannot escape the entry),
+retention and coverage decisions, and the declared TensorRT version of pull-only consumers."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+
+import pytest
+from conftest import run_trtwarm
+
+from trtwarm.errors import ConfigError, RemoteError
+from trtwarm.remote import coverage, gc
+from trtwarm.remote.repo import check_ref, make_ref, manifest_files
+from trtwarm.remote.url import parse, redact
+
+KEY = "ab" * 32
+
+
+def _manifest(key: str = KEY, name: str = "m_cpu_ort_fp32_static--abababababababab", created: float = 1e9,
+              sha: str = "cd" * 32, doc: dict | None = None) -> dict:
+    return {"schema": 2, "key": key, "name": name, "created": created, "key_document": doc or {},
+            "files": [{"path": "engine.plan", "role": "engine", "bytes": 3, "sha256": sha}],
+            "engine_file": "engine.plan", "engine_sha256": sha, "engine_bytes": 3}
+
+
+@pytest.mark.parametrize("url", ["s3:/x", "http://b/p", "s3://", "s3://B/p", "s3://b/../x", "s3://b/a//b"])
+def test_bad_remote_urls_are_config_errors(url: str) -> None:
+    with pytest.raises(ConfigError):
+        parse(url, {})
+
+
+def test_settings_come_from_the_aws_variables_and_secrets_never_show() -> None:
+    env = {"AWS_ENDPOINT_URL": "https://s3.example:9000", "AWS_SECRET_ACCESS_KEY": "s3cr3t", "AWS_REGION": "eu-west-1",
+           "TRTWARM_REMOTE_CHUNK": "1M"}
+    remote = parse("s3://engines/prod/", env)
+    assert (remote.bucket, remote.prefix, remote.endpoint) == ("engines", "prod", "https://s3.example:9000")
+    assert remote.chunk == 5 << 20  # S3's smallest multipart part
+    assert "s3cr3t" not in repr(remote) and "s3cr3t" not in remote.describe()
+    assert redact("denied for s3cr3t", remote) == "denied for ***"
+    with pytest.raises(ConfigError, match="plain http"):
+        parse("s3://engines", {"AWS_ENDPOINT_URL": "http://minio:9000"})
+    assert parse("s3://engines", {"AWS_ENDPOINT_URL": "http://minio:9000", "AWS_ALLOW_HTTP": "true"}).allow_http
+
+
+@pytest.mark.parametrize("path", ["../../etc/cron.d/x", "/etc/passwd", "a/../../b", "", "a\\b", "./x"])
+def test_a_ref_naming_a_file_outside_the_entry_is_refused(path: str) -> None:
+    manifest = _manifest()
+    manifest["files"][0]["path"] = path
+    with pytest.raises(RemoteError, match="unsafe|lacks|no files"):
+        check_ref(make_ref(manifest, None), KEY)
+
+
+def test_ref_checks_key_schema_and_signature_shape_and_reads_schema_1() -> None:
+    with pytest.raises(RemoteError, match="another key"):
+        check_ref(make_ref(_manifest(key="ef" * 32), None), KEY)
+    with pytest.raises(RemoteError, match="not a trtwarm.ref/v1"):
+        check_ref({"schema": "x", "manifest": _manifest()}, KEY)
+    with pytest.raises(RemoteError, match="signature"):
+        check_ref(make_ref(_manifest(), "sig"), KEY)  # type: ignore[arg-type]
+    v1 = {k: v for k, v in _manifest().items() if k != "files"}
+    assert manifest_files(v1) == [{"path": "engine.plan", "role": "engine", "bytes": 3, "sha256": "cd" * 32}]
+
+
+def _meta(sha: str, age: float, now: float) -> dict:
+    return {"path": f"blobs/sha256/{sha}", "size": 3,
+            "last_modified": datetime.datetime.fromtimestamp(now - age, datetime.timezone.utc)}
+
+
+def test_gc_keeps_every_referenced_blob_and_young_orphans_and_stops_on_an_unreadable_ref() -> None:
+    now = 2e9
+    refs = [(KEY, make_ref(_manifest(created=now - 100 * 86400), None), ""),
+            ("ef" * 32, make_ref(_manifest(key="ef" * 32, sha="11" * 32, created=now), None), "")]
+    blobs = [_meta("cd" * 32, 1e7, now), _meta("11" * 32, 1e7, now), _meta("22" * 32, 1e7, now),
+             _meta("33" * 32, 60, now)]
+    todo = gc.plan(refs, blobs, now, max_age=30 * 86400, blob_grace=86400)
+    assert [k for k, _n, r in todo.refs] == [KEY] and todo.refs[0][2] == "age"
+    assert todo.blobs == [("22" * 32, 3)] and todo.young == 1  # cd.. still named by the ref removed in this pass
+    broken = gc.plan([*refs, ("99" * 32, None, "not JSON")], blobs, now, blob_grace=0)
+    assert broken.blobs == [] and "unreadable" in broken.note
+
+
+def test_coverage_matches_product_and_class_and_ignores_cuda_when_not_declared() -> None:
+    want = {"schema": 1, "model": {"sha256": "m"}, "build": {"precision": "fp16"},
+            "builder": {"name": "tensorrt", "version": "10.16.1.11", "cuda": None}}
+    h100 = {**want, "builder": {**want["builder"], "cuda": "12"},
+            "device": {"kind": "gpu", "product": "NVIDIA H100 80GB HBM3", "mig_profile": None}}
+    anyamp = {**want, "device": {"kind": "gpu", "class": "ampere+"}}
+    refs = [("k1", make_ref(_manifest(doc=h100), None))]
+    cells = coverage.cover([("m/fp16", want)], ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"], refs)
+    assert [c.key for c in cells] == ["k1", None] and coverage.percent(cells) == 50.0
+    cells = coverage.cover([("m/fp16", want)], ["NVIDIA A100-SXM4-80GB"], [("k2", make_ref(_manifest(doc=anyamp), None))])
+    assert [c.key for c in cells] == ["k2"]
+    strict = {**want, "builder": {**want["builder"], "cuda": "13"}}
+    assert coverage.cover([("m", strict)], ["NVIDIA H100 80GB HBM3"], refs)[0].key is None
+
+
+def test_coverage_of_tensorrt_rows_needs_no_tensorrt_and_no_gpu(tmp_path: Path, model: Path) -> None:
+    """--tensorrt declares the version: the key's builder section is computed without importing TensorRT."""
+    matrix = tmp_path / "matrix.json"
+    matrix.write_text(json.dumps({"models": [{"model": str(model), "shape": ["input=1x16:8x16:32x16"]}],
+                                  "precision": ["fp16", "fp32"], "options": {"builder": "tensorrt"}}))
+    from trtwarm.prebuild import coverage_rows
+
+    rows = coverage_rows(matrix, {}, "10.16.1.11+cu12")
+    assert [label for label, _ in rows] == ["mlp/fp16", "mlp/fp32"]
+    assert rows[0][1]["builder"] == {"name": "tensorrt", "version": "10.16.1.11", "cuda": "12"}
+    assert rows[0][1]["build"]["precision"] == "fp16" and "device" not in rows[0][1]
+    bad = run_trtwarm("key", "--model", str(model), "--tensorrt-version", "10.x")
+    assert bad.returncode == 2 and "10.16.1.11+cu12" in bad.stderr
