@@ -132,7 +132,7 @@ def render(row: dict[str, object]) -> str:
     return "\n".join([
         f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} CPUs by `python bench/run.py --only remote` "
         "(SeaweedFS `weed mini` on loopback).", "",
-        "| remote pull of a 1 GiB engine | trtwarm pull (8 ranged GETs, SHA-256 while streaming) | floor: `curl` to a "
+        "| remote pull of a 1 GiB engine | trtwarm pull (4 ranged GETs in flight, SHA-256 while streaming) | floor: `curl` to a "
         "file | throughput vs curl (target >= 0.8) | peak RSS (target <= 300 MB) | the same pull without SHA-256 | "
         "verification overhead (target <= 10 %) | `trtwarm init` on an empty volume (`pulled`) |",
         "|---|---|---|---|---|---|---|---|",
