@@ -121,8 +121,18 @@ class TensorRTBuilder(Builder):
         if self._plan is None:
             calibrator = calibrator_for(self.calibration[0][:256]) if self.calibration and self.major < 11 else None
             self._plan = config_plan(self.settings, self.major, self.minor, self.precision,
-                                     self.gpu_info.compute_capability, calibrator)
+                                     self._compute_capability(), calibrator)
         return self._plan
+
+    def _compute_capability(self) -> tuple[int, int] | None:
+        """The build GPU's; None where no GPU is visible and TensorRT was only declared (``remote coverage`` plans
+        keys for GPUs it does not have: the rules that need the GPU are checked where the engine is built)."""
+        if self.settings.tensorrt_version:
+            try:
+                return self.gpu_info.compute_capability
+            except ConfigError:
+                return None
+        return self.gpu_info.compute_capability
 
     @functools.cached_property
     def calibration(self) -> tuple[bytes, str] | None:
