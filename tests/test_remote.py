@@ -360,3 +360,37 @@ def test_remote_gc_never_removes_a_blob_a_ref_points_to(s3: SeaweedServer, url: 
     assert kept_blob in objects(s3, url, "blobs/")  # ... and its blobs wait for the next pass (a reader may be on it)
     final = run_trtwarm("remote", "gc", "--blob-grace", "0s", "--yes", env=env)
     assert final.returncode == 0 and objects(s3, url, "blobs/") == [] and objects(s3, url, "refs/") == []
+
+
+def test_signed_engines_travel_with_their_signature_and_the_trust_policy_guards_every_pull(
+        s3: SeaweedServer, url: str, model: Path, tmp_path: Path) -> None:
+    """A signing builder pushes; a consumer under `enforce` checks the ref's signature before downloading a byte;
+    an unsigned ref is refused (a consumer exits 7, a signing builder builds and signs its own)."""
+    from test_trust import keypair, policy
+
+    private, public = keypair(tmp_path, "ci")
+    enforce = str(policy(tmp_path, "enforce", public, models=["mlp*"]))
+    signed = run_trtwarm(*cmd_init_args(model, tmp_path / "a", tmp_path / "ha", "--remote", url, "--signing-key",
+                                        str(private), "--trust-policy", enforce), env=s3.env())
+    assert signed.returncode == 0, signed.stderr
+    ref = json.loads(run_trtwarm("remote", "ls", "--json", "--remote", url, env=s3.env()).stdout)[0]["ref"]
+    assert ref["signature"] is not None and "payload" in ref["signature"]
+    consumer = run_trtwarm(*cmd_init_args(model, tmp_path / "b", tmp_path / "hb", "--remote", url, "--read-only",
+                                          "--trust-policy", enforce), env=s3.env(READER))
+    assert consumer.returncode == 0 and consumer.summary["result"] == "pulled", consumer.stderr
+    [entry] = entries(tmp_path / "b")
+    assert json.loads((entry / "manifest.sig.json").read_text()) == ref["signature"]
+    assert run_trtwarm("verify", "--cache-dir", str(tmp_path / "b"), "--trust-policy", enforce).returncode == 0
+
+    unsigned_url = url + "-unsigned"
+    assert run_trtwarm(*cmd_init_args(model, tmp_path / "c", tmp_path / "hc", "--remote", unsigned_url),
+                       env=s3.env()).returncode == 0
+    refused = run_trtwarm(*cmd_init_args(model, tmp_path / "d", tmp_path / "hd", "--remote", unsigned_url,
+                                         "--read-only", "--trust-policy", enforce), env=s3.env(READER))
+    assert refused.returncode == 7, refused.stderr
+    assert "unsigned" in refused.stderr and entries(tmp_path / "d") == [] and debris(tmp_path / "d") == []
+    builder = run_trtwarm(*cmd_init_args(model, tmp_path / "e", tmp_path / "he", "--remote", unsigned_url,
+                                         "--signing-key", str(private), "--trust-policy", enforce), env=s3.env())
+    assert builder.returncode == 0 and builder.summary["result"] == "built", builder.stderr
+    assert "refused the remote engine" in builder.stderr
+    assert handoff_doc(tmp_path / "he")["remote"]["errors"]["trust"] == 1

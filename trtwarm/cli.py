@@ -126,6 +126,10 @@ def _init_only_flags(init: argparse.ArgumentParser) -> None:
     init.add_argument("--triton-model", help="the model's name in --triton-repo")
     add_trust_flags(init)
     init.add_argument("--signing-key", help="sign what this Pod publishes with this private key PEM")
+    init.add_argument("--remote", metavar="s3://BUCKET/PREFIX", help="central engine repository: pull before "
+                      "building, push after (endpoint and credentials from the AWS_* variables)")
+    init.add_argument("--remote-push", default="best-effort", choices=["off", "best-effort", "required"],
+                      help="push a fresh build to --remote (%(default)s: a failed push is logged, never fatal)")
 
 
 def add_trust_flags(p: argparse.ArgumentParser) -> None:
@@ -133,10 +137,6 @@ def add_trust_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trust-policy", help="JSON file: trusted signing keys and their scopes (see README, Trust)")
     p.add_argument("--trust-mode", choices=["enforce", "warn", "off"],
                    help="override the policy's mode (default: the policy's, else off)")
-    init.add_argument("--remote", metavar="s3://BUCKET/PREFIX", help="central engine repository: pull before "
-                      "building, push after (endpoint and credentials from the AWS_* variables)")
-    init.add_argument("--remote-push", default="best-effort", choices=["off", "best-effort", "required"],
-                      help="push a fresh build to --remote (%(default)s: a failed push is logged, never fatal)")
 
 
 def _apply_env(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:

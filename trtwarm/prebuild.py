@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
-from trtwarm.config import Settings
+from trtwarm.config import Settings, env_defaults
 from trtwarm.errors import ConfigError, TrtwarmError, exit_code_for
 from trtwarm.remote.sync import RemoteSync
 from trtwarm.remote.url import parse
@@ -82,6 +82,7 @@ def settings_for(flags: list[str], environ: Mapping[str, str], **extra: Any) -> 
 
     parser = _RowParser(prog="trtwarm prebuild", add_help=False)
     _init_only_flags(parser)
+    env_defaults(parser, environ)  # e.g. TRTWARM_SIGNING_KEY and TRTWARM_TRUST_POLICY for every row
     ns = parser.parse_args(flags)
     for name, value in extra.items():
         setattr(ns, name, value)

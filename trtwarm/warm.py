@@ -108,9 +108,12 @@ def resolve(settings: Settings) -> Plan:
                 stamps=stamps)
 
 
-def _load_check(plan: Plan) -> Callable[[Entry], None]:
+def _load_check(plan: Plan, trust: bool = True) -> Callable[[Entry], None]:
+    """The checks before an entry is handed over; *trust* False for a remote pull, whose ref was checked against
+    the trust policy before its download (the staging directory does not carry the entry's name yet)."""
     def check(entry: Entry) -> None:
-        plan.gate.check(entry)  # the signature, before the builder reads a byte of the engine
+        if trust:
+            plan.gate.check(entry)  # the signature, before the builder reads a byte of the engine
         plan.builder.precheck(entry.engine)  # e.g. the plan header's TensorRT version, before TensorRT is loaded
         if plan.settings.verify == "load":
             plan.builder.load(entry.engine, plan.facts)
@@ -329,6 +332,8 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
     plan = resolve(settings)
     plan.events = events
     plan.remote = remote
+    if remote is not None:
+        remote.verify_ref = plan.gate.check_ref  # the trust policy, on a ref before its download
     log.info("key %s for %s", plan.key[:16], plan.name)
     if plan.layout.leases.is_dir():  # before the lookup: a gc that planned without seeing it undoes its removal
         leases.take(plan.layout, plan.key, plan.name, settings.identity)

@@ -20,7 +20,7 @@ from trtwarm.errors import ConfigError, RemoteAuthError, RemoteBucketError, Remo
 from trtwarm.remote.url import RemoteURL, redact
 
 #: error kinds, the label values of ``trtwarm_remote_errors_total{kind}``
-KINDS = ("auth", "bucket", "unreachable", "server", "integrity", "conflict")
+KINDS = ("auth", "bucket", "unreachable", "server", "integrity", "trust", "conflict")
 _UNREACHABLE = re.compile(r"error sending request|connection|dns error|timed? ?out|Timeout|refused|reset by peer",
                           re.IGNORECASE)
 _AUTH_CODES = ("SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied", "ExpiredToken", "InvalidToken")

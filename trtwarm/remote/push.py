@@ -17,11 +17,11 @@ from typing import Any
 
 from trtwarm.errors import RemoteError
 from trtwarm.remote.repo import Repository, blob_path, make_ref, manifest_files
+from trtwarm.volume.store import SIGNATURE
 
 log = logging.getLogger("trtwarm.remote")
 PART = 32 << 20
 CONCURRENCY = 4
-SIGNATURE = "manifest.sig.json"
 
 
 @dataclass
@@ -48,9 +48,10 @@ def read_signature(entry: Path) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def push_entry(repo: Repository, entry: Path, manifest: dict[str, Any], *, repair: Collection[str] = (),
-               part_size: int = PART, concurrency: int = CONCURRENCY) -> PushResult:
-    """Upload the entry at *entry* (its verified *manifest*) and create its ref. :raises RemoteError:"""
+def push_entry(repo: Repository, entry: Path, manifest: dict[str, Any], signature: dict[str, Any] | None, *,
+               repair: Collection[str] = (), part_size: int = PART, concurrency: int = CONCURRENCY) -> PushResult:
+    """Upload the files of the entry at *entry* (its verified *manifest*) and create its ref with *signature* (the
+    DSSE envelope, or None when unsigned). :raises RemoteError:"""
     start = time.monotonic()
     try:
         rows = manifest_files(manifest)
@@ -65,8 +66,8 @@ def push_entry(repo: Repository, entry: Path, manifest: dict[str, Any], *, repai
         repo.client.put_file(blob_path(row["sha256"]), entry / row["path"], part_size, concurrency)
         uploaded += 1
         sent += row["bytes"]
-    won, ref = repo.create_ref(str(manifest["key"]), make_ref(manifest, read_signature(entry)))
+    won, ref = repo.create_ref(str(manifest["key"]), make_ref(manifest, signature))
     return PushResult(won, ref, uploaded, sent, time.monotonic() - start, skipped)
 
 
-__all__ = ["SIGNATURE", "PushResult", "push_entry", "read_signature"]
+__all__ = ["PushResult", "push_entry", "read_signature"]

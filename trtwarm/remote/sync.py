@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm.errors import EntryInvalid, RemoteAuthError, RemoteBucketError, RemoteError
-from trtwarm.fsutil import atomic_write_json
 from trtwarm.remote.client import KINDS, Client, kind_of
 from trtwarm.remote.pull import BlobCorrupt, pull_into
-from trtwarm.remote.push import SIGNATURE, push_entry
+from trtwarm.remote.push import push_entry, read_signature
 from trtwarm.remote.repo import Repository
 from trtwarm.remote.url import RemoteURL, parse
 from trtwarm.volume.store import EngineStore, Entry, check_entry
@@ -33,8 +32,9 @@ from trtwarm.volume.store import EngineStore, Entry, check_entry
 log = logging.getLogger("trtwarm.remote")
 PUSH_MODES = ("off", "best-effort", "required")
 Emit = Callable[[str, str, str], None]
-#: called on a pulled ref before anything is downloaded; raises RemoteError to refuse it (the trust policy's verify)
-VerifyRef = Callable[[dict[str, Any]], None]
+#: called with (entry name, ref) before anything is downloaded: the trust policy's ``Gate.check_ref``; it raises
+#: EntryInvalid (UntrustedEntry) to refuse the ref (a builder then builds) or a TrustError (this Pod cannot go on)
+VerifyRef = Callable[[str, dict[str, Any]], None]
 
 
 class RemoteSync:
@@ -57,8 +57,7 @@ class RemoteSync:
         """The init's: ``--remote`` parsed from *settings* (a :class:`trtwarm.config.Settings`); a pull-only init
         (``--read-only``) never pushes and has no fallback. :raises ConfigError: a bad URL or AWS setting"""
         return cls(parse(settings.remote, settings.environ), store, emit=emit, strict=settings.read_only,
-                   push="off" if settings.read_only else settings.remote_push,
-                   verify_ref=None)  # TRUST HOOK: the trust policy's ref verification goes here
+                   push="off" if settings.read_only else settings.remote_push)
 
     def _count(self, error: RemoteError) -> None:
         self.stats["errors"][kind_of(error)] += 1
@@ -84,8 +83,14 @@ class RemoteSync:
                 self._said_absent = True
                 return None
             if self.verify_ref is not None:
-                self.verify_ref(ref)
+                self.verify_ref(name, ref)
             return self._fetch(ref, key, name, check)
+        except EntryInvalid as exc:  # the trust policy refused the ref: it is never downloaded
+            self.stats["errors"]["trust"] += 1
+            log.warning("refused the remote engine for %s: %s", key[:16], exc.reason)
+            self.emit("RemoteEngineRejected", f"refused {name} from {self.repo.url}: {exc.reason}", "Warning")
+            if self.strict:
+                raise RemoteError(f"the remote engine for {name} was refused: {exc.reason}") from None
         except BlobCorrupt as exc:
             self.corrupt.add(exc.sha256)
             log.warning("refused the remote engine for %s: %s", key[:16], exc.message)
@@ -100,8 +105,6 @@ class RemoteSync:
         with self.store.staging(key) as staging:
             r = self.repo.client.remote
             stats = pull_into(self.repo, manifest, staging, chunk=r.chunk, window=r.concurrency)
-            if ref.get("signature") is not None:
-                atomic_write_json(staging / SIGNATURE, ref["signature"])
             try:
                 if check is not None:
                     check(Entry(staging, manifest))
@@ -110,7 +113,7 @@ class RemoteSync:
                             key[:16], exc.reason)
                 self.emit("RemoteEngineRejected", f"{name} from {self.repo.url} {exc.reason}", "Warning")
                 return None
-            self.store.publish(staging, name, manifest)
+            self.store.publish(staging, name, manifest, ref.get("signature"))
         self.stats.update(pulled_bytes=stats.bytes, pull_seconds=round(stats.seconds, 3),
                           pull_hash_seconds=round(stats.hash_seconds, 3))
         log.info("pulled %s from %s: %d files, %.1f MiB in %.2f s", name, self.repo.url, stats.files,
@@ -118,7 +121,7 @@ class RemoteSync:
         entry = self.store.find(key, name)
         return None if entry is None else check_entry(entry, key, digest=False)
 
-    def push_staged(self, staging: Path, manifest: dict[str, Any], name: str,
+    def push_staged(self, staging: Path, manifest: dict[str, Any], signature: dict[str, Any] | None, name: str,
                     check: Callable[[Entry], None] | None = None) -> Entry | None:
         """``required``: push a build from its staging directory, before anything is published locally.
 
@@ -126,7 +129,7 @@ class RemoteSync:
             entry, pulled and published instead, so every volume ends with the ref's engine
         :raises RemoteError: the push failed (the Pod fails; nothing was published)
         """
-        self.push(Entry(staging, manifest))
+        self.push(Entry(staging, manifest), signature)
         winner = self.stats.pop("winner", None)
         if winner is None or _engine_sha(winner["manifest"]) == _engine_sha(manifest):
             return None
@@ -136,13 +139,15 @@ class RemoteSync:
         self.stats["push"] = "adopted" if adopted is not None else "lost"
         return adopted
 
-    def push(self, entry: Entry) -> None:
-        """Push a freshly built entry under :attr:`push_mode`. :raises RemoteError: only when ``required``."""
+    def push(self, entry: Entry, signature: dict[str, Any] | None = None) -> None:
+        """Push a freshly built entry under :attr:`push_mode` (*signature*: its envelope; None: the entry's
+        ``manifest.sig.json``, if any). :raises RemoteError: only when ``required``."""
         if self.push_mode == "off":
             return
         try:
             r = self.repo.client.remote
-            result = push_entry(self.repo, entry.path, entry.manifest, repair=self.corrupt,
+            envelope = signature if signature is not None else read_signature(entry.path)
+            result = push_entry(self.repo, entry.path, entry.manifest, envelope, repair=self.corrupt,
                                 part_size=max(r.chunk, 5 << 20), concurrency=max(r.concurrency // 2, 1))
         except RemoteError as exc:
             self._count(exc)

@@ -27,7 +27,7 @@ from trtwarm.volume.layout import Layout
 log = logging.getLogger("trtwarm.metrics")
 RESULTS = ("hit", "built", "waited", "pulled", "error")
 #: error kinds of the remote repository (trtwarm.remote.client.KINDS; listed here so the sidecar needs no obstore)
-REMOTE_ERROR_KINDS = ("auth", "bucket", "unreachable", "server", "integrity", "conflict")
+REMOTE_ERROR_KINDS = ("auth", "bucket", "unreachable", "server", "integrity", "trust", "conflict")
 #: 10 ms to 1 h: a hit's verify is milliseconds, a TensorRT build with INT8 calibration can take most of an hour
 BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600)
 _HISTOGRAMS = (  # (metric, engine.json seconds field, results that observe it, help)
@@ -205,7 +205,7 @@ def _remote(remote: dict[str, Any]) -> Iterator[Metric]:
         value = remote.get(field)
         yield _one_observation(name, text, value if isinstance(value, (int, float)) else None)
     errors = CounterMetricFamily("trtwarm_remote_errors", "Remote repository failures by kind (auth, bucket, "
-                                 "unreachable, server, integrity, conflict).", labels=["kind"])
+                                 "unreachable, server, integrity, trust, conflict).", labels=["kind"])
     counts = remote.get("errors") if isinstance(remote.get("errors"), dict) else {}
     for kind in REMOTE_ERROR_KINDS:
         errors.add_metric([kind], float(counts.get(kind) or 0))

@@ -140,11 +140,11 @@ class Gate:
                               f"{self.policy.source}", hint="add its public key to the trust policy (with a scope "
                               "covering this model), or use a key the policy trusts")
 
-    def status(self, entry: Entry) -> tuple[bool, str]:
+    def status(self, entry: Entry, signature: dict[str, Any] | None = None) -> tuple[bool, str]:
         """``(True, signer key id)`` when a key trusted for *entry* signed exactly its manifest, else
-        ``(False, reason)``."""
+        ``(False, reason)``. *signature*: the envelope when it is not on the volume (yet): a remote ref's."""
         try:
-            doc = json.loads(read_bounded(entry.path / SIGNATURE, SIGNATURE_LIMIT))
+            doc = signature or json.loads(read_bounded(entry.path / SIGNATURE, SIGNATURE_LIMIT))
         except FileNotFoundError:
             return False, "unsigned (no manifest.sig.json)"
         except (OSError, TooLarge, ValueError, UnicodeDecodeError):
@@ -160,12 +160,24 @@ class Gate:
             self._loaded[kid] = keys.load_public(pem, f"trusted key {kid[:16]}")
         return self._loaded[kid]
 
+    def check_ref(self, name: str, ref: dict[str, Any]) -> None:
+        """:meth:`check` for a remote repository's ref (``manifest``, ``signature``) before its download, as the
+        entry *name* it would be published under (the remote ``--remote`` path, trtwarm.remote)."""
+        if self.mode == "off":
+            return
+        entry = Entry(Path(name), ref["manifest"])  # not on a volume: only its name and manifest are read
+        signature = ref.get("signature")
+        verdict = self.status(entry, signature) if signature else (False, "unsigned (the ref carries no signature)")
+        self._verdict(entry, *verdict)
+
     def check(self, entry: Entry) -> None:
         """Apply the mode to *entry* (call before any load). :raises UntrustedEntry: replace it;
         :raises TrustError: refuse it, this Pod cannot replace it"""
         if self.mode == "off":
             return
-        ok, detail = self.status(entry)
+        self._verdict(entry, *self.status(entry))
+
+    def _verdict(self, entry: Entry, ok: bool, detail: str) -> None:
         if ok:
             log.debug("entry %s is signed by trusted key %s", entry.name, detail[:16])
             return
