@@ -92,3 +92,13 @@ def test_the_ci_workflow_example_runs_prebuild_per_gpu_runner_and_a_matrix_trtwa
     rows = matrix_rows(ROOT / "deploy" / "remote" / "matrix.json")
     assert [label for label, _ in rows] == ["resnet50/fp16", "bert-base/fp16"]
     assert "/models/src/bert-base.onnx" in rows[1][1]
+
+
+def test_a_pull_only_consumer_under_enforce_writes_what_it_pulls_and_checks_signatures() -> None:
+    vals = values("remote-pull-only-values.yaml")
+    vals["trust"] = {"mode": "enforce", "role": "consumer", "keys": [{"name": "ci", "public_key_file": "ci.pub"}],
+                     "publicKeys": {"ci.pub": "-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEA\n-----END PUBLIC KEY-----\n"}}
+    init = container(pod_spec(objects(render(vals))), "trtwarm-init")
+    assert "--trust-mode=enforce" in init["args"] and "--read-only" in init["args"]
+    cache = next(m for m in init["volumeMounts"] if m["name"] == "trtwarm-cache")
+    assert not cache.get("readOnly")  # the pulled engine is published on the volume

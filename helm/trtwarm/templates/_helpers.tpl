@@ -242,7 +242,7 @@ the same GPU. */}}
   terminationMessagePolicy: FallbackToLogsOnError
   volumeMounts:
     {{- include "trtwarm.cacheMount" . | nindent 4 }}
-      {{- if eq .Values.trust.role "consumer" }}
+      {{- if and (eq .Values.trust.role "consumer") (not (and .Values.remote.url .Values.remote.pullOnly)) }}
       readOnly: true
       {{- end }}
     {{- include "trtwarm.trustMounts" . | nindent 4 }}
