@@ -195,8 +195,9 @@ def test_dockerfile_pins_the_tensorrt_of_the_extra() -> None:
     assert f"ARG TENSORRT_PACKAGE={package}" in dockerfile
     assert f"ARG TENSORRT_VERSION={version}" in dockerfile
     assert re.search(r"FROM \S+ AS init", dockerfile) and re.search(r"FROM \S+ AS sidecar", dockerfile)
-    assert dockerfile.count("ARG TRTWARM_UID=1000") == 2 and dockerfile.count("ARG TRTWARM_GID=1000") == 2  # chart's
-    assert dockerfile.count("USER ${TRTWARM_UID}:${TRTWARM_GID}") == 2
+    targets = len(re.findall(r"^FROM \S+ AS (?!dist)", dockerfile, re.M))  # init, sidecar, init-pull
+    assert dockerfile.count("ARG TRTWARM_UID=1000") == targets == dockerfile.count("ARG TRTWARM_GID=1000")  # chart's
+    assert dockerfile.count("USER ${TRTWARM_UID}:${TRTWARM_GID}") == targets
     assert "cmd/trtwarm-init cmd/trtwarm-sidecar" in dockerfile
     for path in (ROOT / "cmd").iterdir():
         assert os.access(path, os.X_OK) and "from trtwarm.cli import main" in path.read_text()
