@@ -16,7 +16,17 @@ from pathlib import Path
 from trtwarm import __version__
 from trtwarm import log as logsetup
 from trtwarm.config import DEFAULT_CACHE_DIR, DEFAULT_HANDOFF_DIR, Settings, env_defaults
-from trtwarm.errors import BuildError, TrtwarmError, exit_code_for, exit_table, hint_for
+from trtwarm.errors import (
+    BuildError,
+    Interrupted,
+    Terminated,
+    TrtwarmError,
+    exit_code_for,
+    exit_table,
+    hint_for,
+    is_volume_errno,
+    volume_error,
+)
 
 log = logging.getLogger("trtwarm")
 LIFECYCLE = ("ls", "stats", "verify", "gc", "rm")
@@ -144,6 +154,7 @@ def cmd_init(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
     settings = Settings.from_namespace(ns, environ)
     ns.settings = settings
+    _stop_on_signals()
     events = EventRecorder(settings.identity, environ)
     try:
         report = warm(settings, events)
@@ -157,6 +168,29 @@ def cmd_init(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     handoff.termination_message(settings.termination_log, summary)
     print(json.dumps(summary, separators=(",", ":")), flush=True)
     return 0
+
+
+def _stop_on_signals() -> None:
+    """Turn the first SIGTERM or SIGINT into :class:`Terminated` / :class:`Interrupted`, raised in the main thread:
+    the code unwinding it stops a build's process group, removes the staging directory and releases the locks, and
+    :func:`main` writes the termination message and exits 143 / 130. A second signal during that cleanup is only
+    logged, so the cleanup itself is not cut short (the kubelet's SIGKILL after the grace period still is)."""
+    import signal
+
+    stopping: list[int] = []
+
+    def handler(signum: int, _frame: object) -> None:
+        if stopping:
+            log.warning("%s again: still stopping", signal.Signals(signum).name)
+            return
+        stopping.append(signum)
+        name = signal.Signals(signum).name
+        log.warning("%s received: stopping (a build in progress is stopped and its staging directory removed)",
+                    name)
+        raise (Terminated if signum == signal.SIGTERM else Interrupted)(f"init stopped by {name}")
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handler)
 
 
 def cmd_key(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
@@ -228,16 +262,22 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     except TrtwarmError as exc:
         _report_failure(ns, exc)
         return exit_code_for(exc)
-    except KeyboardInterrupt:
-        log.error("interrupted")
-        return 130
+    except KeyboardInterrupt:  # SIGINT outside init (init turns it into Interrupted itself)
+        _report_failure(ns, Interrupted("interrupted (SIGINT)"))
+        return exit_code_for(Interrupted(""))
     except BrokenPipeError:  # `trtwarm ls | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as exc:  # the last resort: one line, the traceback only at debug level
-        log.error("unexpected error: %s: %s (please report this)", type(exc).__name__, exc)
-        log.debug("traceback", exc_info=True)
-        return 1
+        if is_volume_errno(exc):  # a volume fault no layer translated: still exit 6 with its hint, never exit 1
+            error = volume_error(exc, "use")  # type: ignore[arg-type]
+            log.debug("untranslated volume error", exc_info=True)
+        else:
+            error = TrtwarmError(f"unexpected error: {type(exc).__name__}: {exc}", hint="this is a bug in trtwarm: "
+                                 "please report it with the log above")
+            log.debug("traceback", exc_info=True)
+        _report_failure(ns, error)
+        return exit_code_for(error)
 
 
 __all__ = ["add_init_flags", "add_trust_flags", "main"]

@@ -7,6 +7,9 @@ configuration mistake from a broken model, a failed build, a lock timeout or an 
 
 from __future__ import annotations
 
+import errno
+import os
+
 
 class TrtwarmError(Exception):
     """Base class: a failure with a message for the user and an optional, more specific hint."""
@@ -46,6 +49,14 @@ class TrustError(TrtwarmError):
     Pod cannot replace it (``--read-only``, or no signing key). A bad key or policy file is a :class:`ConfigError`."""
 
 
+class Interrupted(TrtwarmError):
+    """SIGINT stopped the command (a build in progress was stopped and its staging directory removed)."""
+
+
+class Terminated(Interrupted):
+    """SIGTERM stopped the command (Kubernetes deleting the Pod, or a node drain)."""
+
+
 class EntryInvalid(Exception):
     """A cache entry failed verification; internal, it never reaches the user (the entry is quarantined)."""
 
@@ -63,6 +74,31 @@ _EXITS: dict[type[TrtwarmError], tuple[int, str]] = {
     VolumeError: (6, "check the cache volume: mounted, a directory, writable by this user, with free space"),
     TrustError: (7, "the entry is not signed by a key the trust policy trusts for it: let a builder with the "
                  "signing key rebuild it, or sign it (`trtwarm sign`), or check --trust-policy"),
+    Interrupted: (130, "interrupted (SIGINT); run the command again: nothing half-built was kept"),
+    Terminated: (143, "terminated (SIGTERM), e.g. the Pod was deleted; the next start builds or waits again"),
+}
+
+_WRITABLE = ("run as a user that may write the volume (the Pod's fsGroup / runAsUser) and check the directory's "
+             "mode; a consumer that only reads engines can pass --read-only")
+_FULL = "free space with `trtwarm gc --max-bytes ...` (see `trtwarm stats`) or grow the volume"
+#: errno -> (what it means on a cache volume, what to do). Every one is exit 6 (:class:`VolumeError`): the volume,
+#: not trtwarm, is at fault, and the hint says what to fix. Anything else stays exit 1 (a bug: please report it).
+VOLUME_ERRNOS: dict[int, tuple[str, str]] = {
+    errno.ENOSPC: ("the volume is full", _FULL),
+    errno.EDQUOT: ("the volume's quota is exhausted", _FULL),
+    errno.EROFS: ("the volume is mounted read-only", "mount it read-write where engines are built or removed; a "
+                  "consumer that only reads engines can pass --read-only"),
+    errno.EACCES: ("permission denied", _WRITABLE),
+    errno.EPERM: ("operation not permitted", _WRITABLE),
+    errno.EIO: ("an I/O error: the disk or the network storage failed", "check the node's kernel log (dmesg) and "
+                "the storage backend; then run `trtwarm verify` to find damaged entries"),
+    errno.ENOTDIR: ("a path component is not a directory", "point --cache-dir at a directory on the shared volume; "
+                    "remove the file that stands where a directory should be"),
+    errno.ELOOP: ("a symbolic link loop on the path", "fix or remove the symlink that points (indirectly) to itself"),
+    errno.ESTALE: ("a stale file handle: the network volume changed under its mount", "remount the volume (restart "
+                   "the Pod) and check the NFS server"),
+    errno.ENAMETOOLONG: ("a file name is too long for this filesystem", "use a shorter --cache-dir or --name"),
+    errno.ENOLCK: ("the filesystem has no lock manager", "pass --lock-mode lease (see Locking in the README)"),
 }
 
 EXIT_OK = 0
@@ -87,6 +123,25 @@ def hint_for(error: TrtwarmError) -> str:
     return ""
 
 
+def volume_error(exc: OSError, doing: str, path: os.PathLike[str] | str | None = None, *,
+                 hint: str | None = None) -> VolumeError:
+    """Translate an :class:`OSError` raised by a volume into the :class:`VolumeError` of :data:`VOLUME_ERRNOS`.
+
+    :param doing: what failed, as a verb phrase (``"remove entries from"``); the message reads ``cannot <doing>
+        <path>: <meaning> (<strerror>)``. :param path: defaults to the file the error names. :param hint: replaces
+        the table's hint where the caller knows better (e.g. ``--read-only`` for a build on a read-only volume).
+    """
+    where = path if path is not None else (exc.filename or "the cache volume")
+    meaning, default_hint = VOLUME_ERRNOS.get(exc.errno or 0, (exc.strerror or str(exc), None))
+    detail = f" ({exc.strerror})" if exc.strerror and exc.strerror.lower() not in meaning.lower() else ""
+    return VolumeError(f"cannot {doing} {where}: {meaning}{detail}", hint=hint or default_hint)
+
+
+def is_volume_errno(exc: BaseException) -> bool:
+    """Whether *exc* is an :class:`OSError` a volume can raise (see :data:`VOLUME_ERRNOS`), not a bug."""
+    return isinstance(exc, OSError) and exc.errno in VOLUME_ERRNOS
+
+
 def exit_table() -> list[tuple[int, str, str]]:
     """Return ``(code, error class, default hint)`` rows, for ``--help`` and the README."""
     return sorted((code, cls.__name__, hint) for cls, (code, hint) in _EXITS.items())
@@ -98,12 +153,17 @@ __all__ = [
     "BuildError",
     "ConfigError",
     "EntryInvalid",
+    "Interrupted",
     "LockTimeoutError",
     "ModelError",
+    "Terminated",
     "TrtwarmError",
     "TrustError",
+    "VOLUME_ERRNOS",
     "VolumeError",
     "exit_code_for",
     "exit_table",
     "hint_for",
+    "is_volume_errno",
+    "volume_error",
 ]

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from trtwarm.errors import volume_error
 from trtwarm.lifecycle import gc as gclib
 from trtwarm.lifecycle.inventory import EntryInfo, Inventory, scan
 from trtwarm.lifecycle.tables import human_age, human_bytes, render, utc
@@ -23,7 +24,7 @@ _SORTS = {"used": lambda e: -(e.last_used or 0.0), "size": lambda e: -e.bytes, "
 
 def _inventory(ns: argparse.Namespace, manifests: bool = False) -> Inventory:
     layout = Layout(Path(ns.cache_dir))
-    layout.check()
+    layout.require()  # a missing or foreign dir is exit 6, not "0 entries": an unmounted volume must not look empty
     return scan(layout, manifests=manifests)
 
 
@@ -132,9 +133,12 @@ def cmd_verify(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 
 def _confirm(ns: argparse.Namespace, question: str) -> bool:
+    """Whether to execute: never on a dry run (whatever else is given), then ``--yes``, then a terminal's answer."""
+    if ns.dry_run:
+        return False
     if ns.yes:
         return True
-    if ns.dry_run or not sys.stdin.isatty():
+    if not sys.stdin.isatty():
         return False
     return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
 
@@ -157,8 +161,11 @@ def _carry_out(ns: argparse.Namespace, inv: Inventory, plan: gclib.Plan, what: s
     go = bool(plan.actions) and _confirm(ns, f"{what} {len(plan.actions)} items, {human_bytes(plan.bytes)}?")
     done: list[gclib.Action] = []
     if go:
-        with gclib.VolumeGcLock(inv.layout, ns.lock_mode):
-            done = gclib.execute(inv.layout, plan, respect_leases=not getattr(ns, "force", False))
+        try:
+            with gclib.VolumeGcLock(inv.layout, ns.lock_mode):
+                done = gclib.execute(inv.layout, plan, respect_leases=not getattr(ns, "force", False))
+        except OSError as exc:  # read-only, unwritable, full (.trash), I/O error: nothing half-removed is visible
+            raise volume_error(exc, f"{what} entries in", inv.layout.root) from exc
     if ns.json:
         _print_json({"plan": [a.as_json() for a in plan.actions], "deferred": plan.deferred,
                      "kept": [{"name": i.name, "why": w} for i, w in plan.protected], "executed": go,

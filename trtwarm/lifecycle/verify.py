@@ -56,10 +56,16 @@ def inspect(inv: Inventory, gate: Gate | None = None) -> tuple[int, list[Problem
     """
     problems = []
     for info in inv.entries:
+        if info.broken:  # a file, a symlink or an unreadable directory where an entry should be
+            problems.append(Problem("damaged", info.path, info.problem or "not an entry", "quarantine"))
+            continue
         try:
             entry = check_entry(info.path, None, digest=True)
         except EntryInvalid as exc:
             problems.append(Problem(classify(exc.reason), info.path, exc.reason, "quarantine"))
+            continue
+        except OSError as exc:  # an unreadable engine, an I/O error: this entry's problem, the others still count
+            problems.append(Problem("damaged", info.path, f"unreadable ({exc.strerror})", "quarantine"))
             continue
         if gate is not None and gate.mode != "off":
             trusted, detail = gate.status(entry)

@@ -213,6 +213,9 @@ class EngineStore:
         path.mkdir(mode=self.layout.dir_mode())
         try:
             yield path
+        except BaseException as exc:
+            log.info("removing the staging directory %s of the stopped build (%s)", path.name, type(exc).__name__)
+            raise
         finally:
             _rmtree(path)
 
