@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from typing import NoReturn
 from pathlib import Path
 
 from trtwarm import __version__
@@ -31,11 +32,22 @@ from trtwarm.errors import (
 log = logging.getLogger("trtwarm")
 LIFECYCLE = ("ls", "stats", "verify", "gc", "rm")
 SIGNING = ("keys", "sign")
+COMMANDS = ("init", "key", "sidecar", "selftest", "demo", *LIFECYCLE, *SIGNING)
 
 
 def _exit_codes_epilog() -> str:
     return "exit codes:\n  0  ready\n" + "".join(f"  {c}  {name}\n" for c, name, _ in exit_table()) + \
         "  1  anything unexpected\n"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is a :class:`ConfigError` (exit 2, with a ``hint:`` line and, for ``init``, the
+    termination message), like every other bad input. Subcommand parsers inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        from trtwarm.errors import ConfigError
+
+        raise ConfigError(f"{self.prog}: {message}", hint=f"`{self.prog} --help` lists the flags")
 
 
 def add_init_flags(p: argparse.ArgumentParser) -> None:
@@ -71,8 +83,8 @@ def add_init_flags(p: argparse.ArgumentParser) -> None:
 
 def _parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser; with *only*, just that subcommand's options are defined (a hit should not pay for the rest)."""
-    parser = argparse.ArgumentParser(prog="trtwarm", description="Build TensorRT engines once, reuse them everywhere.",
-                                     epilog=_exit_codes_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="trtwarm", description="Build TensorRT engines once, reuse them everywhere.",
+                     epilog=_exit_codes_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"trtwarm {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     init = sub.add_parser("init", help="init-container entrypoint: hit, wait or build once", epilog=_exit_codes_epilog(),
@@ -254,7 +266,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     logsetup.setup(environ.get("TRTWARM_LOG_FORMAT", "text"))
     try:
         args = list(sys.argv[1:] if argv is None else argv)
-        parser = _parser(args[0] if args and not args[0].startswith("-") else None)
+        parser = _parser(args[0] if args and args[0] in COMMANDS else None)  # unknown: all, for the error
         _apply_env(parser, environ)
         ns = parser.parse_args(args)
         logsetup.setup(getattr(ns, "log_format", "text"))

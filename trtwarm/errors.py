@@ -78,16 +78,16 @@ _EXITS: dict[type[TrtwarmError], tuple[int, str]] = {
     Terminated: (143, "terminated (SIGTERM), e.g. the Pod was deleted; the next start builds or waits again"),
 }
 
-_WRITABLE = ("run as a user that may write the volume (the Pod's fsGroup / runAsUser) and check the directory's "
-             "mode; a consumer that only reads engines can pass --read-only")
+_WRITABLE = ("run as a user allowed to read and write the volume (the Pod's fsGroup / runAsUser) and check the "
+             "directories' modes")
 _FULL = "free space with `trtwarm gc --max-bytes ...` (see `trtwarm stats`) or grow the volume"
 #: errno -> (what it means on a cache volume, what to do). Every one is exit 6 (:class:`VolumeError`): the volume,
 #: not trtwarm, is at fault, and the hint says what to fix. Anything else stays exit 1 (a bug: please report it).
 VOLUME_ERRNOS: dict[int, tuple[str, str]] = {
     errno.ENOSPC: ("the volume is full", _FULL),
     errno.EDQUOT: ("the volume's quota is exhausted", _FULL),
-    errno.EROFS: ("the volume is mounted read-only", "mount it read-write where engines are built or removed; a "
-                  "consumer that only reads engines can pass --read-only"),
+    errno.EROFS: ("the volume is mounted read-only", "mount it read-write where engines are built or removed (init, "
+                  "gc, rm, verify --fix)"),
     errno.EACCES: ("permission denied", _WRITABLE),
     errno.EPERM: ("operation not permitted", _WRITABLE),
     errno.EIO: ("an I/O error: the disk or the network storage failed", "check the node's kernel log (dmesg) and "

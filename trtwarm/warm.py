@@ -19,6 +19,7 @@ Idempotent: a restarted init finds the entry it published and is a fast hit.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import threading
@@ -32,7 +33,7 @@ from trtwarm.builders.base import Builder, get_builder
 from trtwarm.config import Settings
 from trtwarm.errors import BuildError, EntryInvalid, LockTimeoutError, VolumeError
 from trtwarm.events import EventRecorder
-from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS
+from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS, volume_full
 from trtwarm.handoff import WarmReport
 from trtwarm.key import entry_name, key_document, key_of, model_fields
 from trtwarm.model import ModelFacts, check_model_path
@@ -160,7 +161,13 @@ def _build_into(plan: Plan, staging: Any) -> tuple[dict[str, Any], dict[str, Any
     """Build, load-check, list and hash every file: return the manifest and its signature (None: no key)."""
     start = time.monotonic()
     with ticker("building %s", plan.label, every=plan.settings.progress_interval, detail=plan.builder.progress):
-        engine = plan.builder.build(plan.settings.model, plan.facts, staging)
+        try:
+            engine = plan.builder.build(plan.settings.model, plan.facts, staging)
+        except BuildError as exc:  # builders word a full disk their own way (ORT: "Protobuf serialization failed")
+            if not volume_full(staging):
+                raise
+            log.error("the build failed on a full cache volume: %s", exc.message)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(staging)) from exc
     plan.seconds["build"] = time.monotonic() - start
     log.info("built %s in %.1f s; checking that it loads", plan.label, plan.seconds["build"])
     try:

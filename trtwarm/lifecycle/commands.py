@@ -38,7 +38,10 @@ def _print_json(doc: Any) -> None:
 
 def cmd_ls(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm ls``: entries with their use, plus builds in progress and quarantined entries."""
-    inv = _inventory(ns, manifests=ns.json)
+    from trtwarm.lifecycle.verify import apply_record
+
+    inv = _inventory(ns, manifests=True)  # manifest and size checks (no hashing): damage shows as `damaged: why`
+    verified = apply_record(inv.layout, inv.entries)
     rows = sorted(inv.entries, key=_SORTS[ns.sort])
     if ns.json:
         _print_json([e.as_json() for e in rows] if not ns.all else {
@@ -56,6 +59,9 @@ def cmd_ls(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     total = sum(e.bytes for e in inv.entries)
     print(f"\n{len(inv.entries)} entries, {human_bytes(total)}; {sum(e.in_use for e in inv.entries)} in use; "
           f"{len(inv.building)} building; {len(inv.quarantined)} quarantined")
+    when = verified.get("finished") if verified else None
+    last = f"last run {human_age(inv.now - when)} ago" if isinstance(when, (int, float)) else "never run here"
+    print(f"status checks manifests and sizes only; `trtwarm verify` re-hashes every file ({last})")
     return 0
 
 
@@ -107,7 +113,7 @@ def cmd_stats(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 def cmd_verify(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm verify``: exit 0 when clean (or all fixed), 1 when problems remain."""
-    from trtwarm.lifecycle.verify import fix, inspect
+    from trtwarm.lifecycle.verify import fix, inspect, record
     from trtwarm.volume.store import EngineStore
 
     gate = None
@@ -119,6 +125,8 @@ def cmd_verify(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     checked, problems = inspect(inv, gate)
     fixed = fix(EngineStore(inv.layout), problems) if ns.fix and not ns.dry_run else []
     remaining = [p for p in problems if p not in fixed and p.fix != "warn"]
+    if not ns.dry_run:
+        record(inv.layout, checked, remaining)  # what `trtwarm ls` shows until the next verification
     if ns.json:
         _print_json({"checked": checked, "problems": [p.as_json() for p in problems],
                      "fixed": [p.as_json() for p in fixed], "remaining": len(remaining)})

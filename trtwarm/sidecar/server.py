@@ -193,13 +193,17 @@ class Sidecar:
 
 def serve(settings: SidecarSettings, identity: Identity) -> int:
     """Run the sidecar until SIGTERM or SIGINT; exit 0."""
+    from trtwarm.errors import ConfigError
+
+    if not 0 <= settings.port <= 65535:
+        raise ConfigError(f"--port {settings.port} is out of range", hint="choose a TCP port 1-65535 (0: any free "
+                          "port), e.g. --port 9400")
     try:
         sidecar = Sidecar(settings, identity)
-    except OSError as exc:
-        from trtwarm.errors import ConfigError
-
-        raise ConfigError(f"cannot listen on {settings.bind}:{settings.port}: {exc.strerror}",
-                          hint="choose another --port, or stop what uses it") from exc
+    except OSError as exc:  # in use, not an address of this host, or a privileged port for a non-root user
+        raise ConfigError(f"cannot listen on {settings.bind}:{settings.port}: {exc.strerror or exc}",
+                          hint="choose another --port, or stop what uses it; --bind takes an address of this "
+                          "host (0.0.0.0 or :: for all, 127.0.0.1 for local only)") from exc
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: sidecar.stop())
     sidecar.run()

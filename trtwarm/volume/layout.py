@@ -108,7 +108,7 @@ class Layout:
         except FileNotFoundError:
             return
         except OSError as exc:
-            raise volume_error(exc, version_file, "read") from exc
+            raise errors.volume_error(exc, "read", version_file) from exc
         if found != str(LAYOUT_VERSION):
             raise VolumeError(f"cache dir {self.root} has layout version {found!r}; this trtwarm uses "
                               f"{LAYOUT_VERSION}", hint="use another --cache-dir, or the trtwarm version that "
@@ -125,7 +125,7 @@ class Layout:
             is_dir, tagged = self.root.is_dir(), (self.root / "VERSION").is_file()
             empty = is_dir and not tagged and not any(self.root.iterdir())
         except OSError as exc:
-            raise volume_error(exc, self.root, "read") from exc
+            raise errors.volume_error(exc, "read", self.root) from exc
         if not is_dir:
             raise VolumeError(f"cache dir {self.root} does not exist", hint="check --cache-dir and that the volume "
                               "is mounted here; `trtwarm init` creates a cache on its first build")

@@ -26,6 +26,7 @@ from typing import Any
 
 from trtwarm.errors import EntryInvalid
 from trtwarm.fsutil import (
+    FULL_ERRNOS,
     READ_ONLY_ERRNOS,
     TooLarge,
     atomic_write_json,
@@ -214,7 +215,8 @@ class EngineStore:
         try:
             yield path
         except BaseException as exc:
-            log.info("removing the staging directory %s of the stopped build (%s)", path.name, type(exc).__name__)
+            log.info("removing the staging directory %s: the build did not finish (%s)", path.name,
+                     type(exc).__name__)
             raise
         finally:
             _rmtree(path)
@@ -268,7 +270,7 @@ class EngineStore:
             except FileNotFoundError:
                 os.close(os.open(path, os.O_WRONLY | os.O_CREAT, self.layout.file_mode()))
         except OSError as exc:
-            if exc.errno not in READ_ONLY_ERRNOS | {errno.ENOENT}:
+            if exc.errno not in READ_ONLY_ERRNOS | FULL_ERRNOS | {errno.ENOENT}:
                 raise
 
     def entries(self) -> Iterator[Path]:
