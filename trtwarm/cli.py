@@ -16,7 +16,7 @@ from pathlib import Path
 
 from trtwarm import __version__
 from trtwarm import log as logsetup
-from trtwarm.config import DEFAULT_CACHE_DIR, DEFAULT_HANDOFF_DIR, Settings, env_defaults
+from trtwarm.config import DEFAULT_CACHE_DIR, DEFAULT_HANDOFF_DIR, Settings, env_defaults, termination_log_path
 from trtwarm.errors import (
     BuildError,
     Interrupted,
@@ -239,12 +239,15 @@ def cmd_demo(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     return run(Path(ns.cache_dir) if ns.cache_dir else None, Path(ns.workdir) if ns.workdir else None)
 
 
-def _report_failure(ns: argparse.Namespace | None, exc: TrtwarmError) -> None:
+def _report_failure(ns: argparse.Namespace | None, exc: TrtwarmError, environ: Mapping[str, str],
+                    command: str | None = None) -> None:
+    """Log the error and its hint; for ``init`` (also when its flags did not parse) also the JSON summary on stdout,
+    the termination message and a failure record in ``engine.json``."""
     log.error("%s", exc.message)
     hint = hint_for(exc)
     if hint:
         log.error("hint: %s", hint)
-    if getattr(ns, "command", None) != "init":
+    if (getattr(ns, "command", None) or command) != "init":
         return
     doc = {"result": "error", "exit_code": exit_code_for(exc), "error": exc.message, "hint": hint}
     if isinstance(exc, BuildError) and exc.log_tail:
@@ -252,8 +255,7 @@ def _report_failure(ns: argparse.Namespace | None, exc: TrtwarmError) -> None:
     from trtwarm import handoff
 
     settings = getattr(ns, "settings", None)
-    if settings is not None:
-        handoff.termination_message(settings.termination_log, doc)
+    handoff.termination_message(settings.termination_log if settings else termination_log_path(environ), doc)
     if getattr(ns, "handoff_dir", None):
         handoff.write_failure(Path(ns.handoff_dir).absolute(), {k: v for k, v in doc.items() if k != "log_tail"})
     print(json.dumps({k: v for k, v in doc.items() if k != "log_tail"}, separators=(",", ":")), flush=True)
@@ -264,18 +266,19 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     environ = os.environ if environ is None else environ
     ns: argparse.Namespace | None = None
     logsetup.setup(environ.get("TRTWARM_LOG_FORMAT", "text"))
+    args = list(sys.argv[1:] if argv is None else argv)
+    command = args[0] if args and args[0] in COMMANDS else None
     try:
-        args = list(sys.argv[1:] if argv is None else argv)
-        parser = _parser(args[0] if args and args[0] in COMMANDS else None)  # unknown: all, for the error
+        parser = _parser(command)  # None (unknown): every command, for the error message
         _apply_env(parser, environ)
         ns = parser.parse_args(args)
         logsetup.setup(getattr(ns, "log_format", "text"))
         return int(ns.func(ns, environ))
     except TrtwarmError as exc:
-        _report_failure(ns, exc)
+        _report_failure(ns, exc, environ, command)
         return exit_code_for(exc)
     except KeyboardInterrupt:  # SIGINT outside init (init turns it into Interrupted itself)
-        _report_failure(ns, Interrupted("interrupted (SIGINT)"))
+        _report_failure(ns, Interrupted("interrupted (SIGINT)"), environ, command)
         return exit_code_for(Interrupted(""))
     except BrokenPipeError:  # `trtwarm ls | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -288,7 +291,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             error = TrtwarmError(f"unexpected error: {type(exc).__name__}: {exc}", hint="this is a bug in trtwarm: "
                                  "please report it with the log above")
             log.debug("traceback", exc_info=True)
-        _report_failure(ns, error)
+        _report_failure(ns, error, environ, command)
         return exit_code_for(error)
 
 

@@ -211,7 +211,7 @@ class Settings:
             stamp_dir=Path(getattr(ns, "stamp_dir", None) or Path(ns.handoff_dir) / "stamps").absolute(),
             stamp_max_age=parse_duration(getattr(ns, "stamp_max_age", None) or "1d"),
             triton_repo=Path(triton_repo).absolute() if triton_repo else None, triton_model=triton_model,
-            termination_log=Path(environ.get("TRTWARM_TERMINATION_LOG", "/dev/termination-log")),
+            termination_log=termination_log_path(environ),
             trust_policy=_path_or_none(getattr(ns, "trust_policy", None)),
             trust_mode=getattr(ns, "trust_mode", None) or None,
             signing_key=_path_or_none(getattr(ns, "signing_key", None)),
@@ -221,6 +221,11 @@ class Settings:
 
 def _path_or_none(value: str | None) -> Path | None:
     return Path(value).absolute() if value else None
+
+
+def termination_log_path(environ: Mapping[str, str]) -> Path:
+    """Where the Kubernetes termination message goes: ``TRTWARM_TERMINATION_LOG``, else ``/dev/termination-log``."""
+    return Path(environ.get("TRTWARM_TERMINATION_LOG", "/dev/termination-log"))
 
 
 def env_name(flag: str) -> str:

@@ -42,9 +42,15 @@ def make_model(path: Path, *, hidden: int = 64, seed: int = 0, external: bool = 
 
 def run(cache_dir: Path | None, workdir: Path | None) -> int:
     """Generate a model, run ``trtwarm init`` twice in fresh processes, print what each did."""
+    from trtwarm.errors import volume_error
+
     work = Path(workdir or tempfile.mkdtemp(prefix="trtwarm-demo-"))
     cache = cache_dir or work / "cache"
-    model = make_model(work / "models" / "demo-mlp.onnx")
+    try:
+        model = make_model(work / "models" / "demo-mlp.onnx")
+    except OSError as exc:
+        raise volume_error(exc, "write the demo model in", work, hint="pass a writable directory as --workdir "
+                           "(or leave it out for a temporary one)") from exc
     print(f"model {model}\ncache {cache}")
     results = []
     for attempt in (1, 2):

@@ -83,6 +83,7 @@ def triton_repo(repo: Path, model: str, engine: Path, builder: str) -> Path:
 
 def write_failure(handoff_dir: Path, doc: dict[str, Any]) -> None:
     """Record a failed init in ``engine.json`` (``ready: false``), so the sidecar reports the error; best effort."""
+    clear(handoff_dir)  # an init that failed before it started (a bad flag) has not set the previous report aside
     try:
         handoff_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_json(handoff_dir / REPORT, {**doc, "ready": False, "trtwarm_version": __version__})

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trtwarm.errors import volume_error
+from trtwarm.errors import LockTimeoutError, volume_error
 from trtwarm.lifecycle import gc as gclib
 from trtwarm.lifecycle.inventory import EntryInfo, Inventory, scan
 from trtwarm.lifecycle.tables import human_age, human_bytes, render, utc
@@ -172,6 +172,8 @@ def _carry_out(ns: argparse.Namespace, inv: Inventory, plan: gclib.Plan, what: s
         try:
             with gclib.VolumeGcLock(inv.layout, ns.lock_mode):
                 done = gclib.execute(inv.layout, plan, respect_leases=not getattr(ns, "force", False))
+        except LockTimeoutError:  # another gc: a TimeoutError, hence an OSError, but exit 5
+            raise
         except OSError as exc:  # read-only, unwritable, full (.trash), I/O error: nothing half-removed is visible
             raise volume_error(exc, f"{what} entries in", inv.layout.root) from exc
     if ns.json:

@@ -52,7 +52,11 @@ class Policy:
               quarantine_grace: str, max_remove: int = MAX_REMOVE) -> Policy:
         """From the flags' text (``30d``, ``100G``). :raises ConfigError: a malformed size or duration."""
         from trtwarm.config import parse_duration, parse_size
+        from trtwarm.errors import ConfigError
 
+        for flag, value in (("--keep-per-model", keep_per_model), ("--max-remove", max_remove)):
+            if value is not None and value < 0:  # a negative count would select every entry (or slice oddly)
+                raise ConfigError(f"{flag} {value} is negative", hint=f"give {flag} a count of 0 or more")
         return cls(max_age=parse_duration(max_age) if max_age else None,
                    max_bytes=parse_size(max_bytes) if max_bytes else None, keep_per_model=keep_per_model,
                    quarantine_grace=parse_duration(quarantine_grace), max_remove=max_remove)
