@@ -200,7 +200,7 @@ class EngineStore:
         except OSError as exc:
             if exc.errno not in READ_ONLY_ERRNOS:
                 raise
-            log.warning("cannot quarantine %s on a read-only volume; ignoring it", path.name)
+            log.warning("cannot quarantine %s (%s); ignoring it", path.name, exc.strerror)
             return None
         if self.on_quarantine is not None:
             self.on_quarantine(path.name, reason)
