@@ -12,6 +12,7 @@ import re
 import stat
 import time
 from calendar import timegm
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -184,7 +185,7 @@ def _entry(item: os.DirEntry[str], ctx: _Context) -> EntryInfo:
     created = info.manifest.get("created")
     sealed = files.get("manifest.json")  # written last, just before the publishing rename
     info.created = created if isinstance(created, (int, float)) else (sealed.st_mtime if sealed else None)
-    _use(info, ctx, item.stat(follow_symlinks=False).st_mtime)
+    _use(info, ctx, lambda: item.stat(follow_symlinks=False).st_mtime)
     return info
 
 
@@ -194,16 +195,16 @@ def _broken(item: os.DirEntry[str], ctx: _Context, why: str) -> EntryInfo:
     info = EntryInfo(item.name, Path(item.path), "damaged", st.st_size if stat.S_ISREG(st.st_mode) else 0,
                      problem=why, broken=True)
     info.key = ctx.full_keys.get(item.name.rpartition("--")[2])
-    _use(info, ctx, st.st_mtime)
+    _use(info, ctx, lambda: st.st_mtime)
     return info
 
 
-def _use(info: EntryInfo, ctx: _Context, fallback: float) -> None:
+def _use(info: EntryInfo, ctx: _Context, fallback: Callable[[], float]) -> None:
     """Last use (marker, leases), leases and build state of *info*, from the volume-wide directories."""
     marker = ctx.uses.get(info.key or "") or info.created
     info.leases = ctx.fresh.get(info.key or "", [])
     used = [t for t in (marker, *(lease.heartbeat for lease in info.leases)) if t]
-    info.last_used = max(used) if used else fallback
+    info.last_used = max(used) if used else fallback()  # the directory's mtime, only when nothing else says
     info.building = (info.key or "") in ctx.building
 
 
