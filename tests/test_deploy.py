@@ -17,6 +17,7 @@ import yaml
 from conftest import env_for
 from k8s import ROOT, CHART, assert_wired, manifests, objects, pod_spec, render, validate
 from pss import restricted
+from trtwarm.volume.layout import Layout
 
 DEPLOY = ROOT / "deploy"
 NATIVE = range(29, 38)  # native sidecars
@@ -217,6 +218,7 @@ def test_the_sidecar_image_commands_need_no_onnx_numpy_or_tensorrt(tmp_path: Pat
     (tmp_path / "block").mkdir()
     (tmp_path / "block" / "sitecustomize.py").write_text(BLOCK_HEAVY)
     env = env_for({"PYTHONPATH": f"{tmp_path / 'block'}{os.pathsep}{ROOT}"})
+    Layout(tmp_path / "cache").ensure()  # an empty trtwarm cache (a missing one is exit 6)
     argv = [*args, "--cache-dir", str(tmp_path / "cache")] if args[0] != "sidecar" else args
     proc = subprocess.run([sys.executable, "-m", "trtwarm", *argv], capture_output=True, text=True, env=env,
                           check=False)

@@ -285,7 +285,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return 0
     except Exception as exc:  # the last resort: one line, the traceback only at debug level
         if is_volume_errno(exc):  # a volume fault no layer translated: still exit 6 with its hint, never exit 1
-            error = volume_error(exc, "use")  # type: ignore[arg-type]
+            error = volume_error(exc, "use")
             log.debug("untranslated volume error", exc_info=True)
         else:
             error = TrtwarmError(f"unexpected error: {type(exc).__name__}: {exc}", hint="this is a bug in trtwarm: "

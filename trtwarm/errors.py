@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+from typing import TypeGuard
 
 
 class TrtwarmError(Exception):
@@ -137,7 +138,7 @@ def volume_error(exc: OSError, doing: str, path: os.PathLike[str] | str | None =
     return VolumeError(f"cannot {doing} {where}: {meaning}{detail}", hint=hint or default_hint)
 
 
-def is_volume_errno(exc: BaseException) -> bool:
+def is_volume_errno(exc: BaseException) -> TypeGuard[OSError]:
     """Whether *exc* is an :class:`OSError` a volume can raise (see :data:`VOLUME_ERRNOS`), not a bug."""
     return isinstance(exc, OSError) and exc.errno in VOLUME_ERRNOS
 
