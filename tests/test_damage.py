@@ -93,6 +93,7 @@ def test_ls_shows_truncation_at_once_and_corruption_after_verify(model: Path, ca
     line = {row.split()[0]: row for row in ls.stdout.splitlines() if row.startswith("mlp")}
     assert "damaged: engine SHA-256 does not match the manifest (corrupt) (found by trtwarm verify)" in line[corrupt]
     assert line[good].rstrip().endswith("ok") and "(last run 0s ago)" in ls.stdout
+    assert json.loads(run_trtwarm("stats", "--cache-dir", str(cache), "--json").stdout)["damaged"] >= 1
 
     # the damaged entry is quarantined and rebuilt by the next init: the old finding no longer applies to it
     rebuilt = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h-again", "--key-extra", "tag=corrupt",

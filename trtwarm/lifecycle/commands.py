@@ -90,8 +90,11 @@ def stats(inv: Inventory) -> dict[str, Any]:
 
 
 def cmd_stats(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    """``trtwarm stats``: a ``ccache -s`` style summary."""
+    """``trtwarm stats``: a ``ccache -s`` style summary (damage: what a scan sees, plus the last verification's)."""
+    from trtwarm.lifecycle.verify import apply_record
+
     inv = _inventory(ns)
+    apply_record(inv.layout, inv.entries)
     s = stats(inv)
     if ns.json:
         _print_json(s)
