@@ -36,8 +36,8 @@ COMMANDS = ("init", "key", "sidecar", "selftest", "demo", *LIFECYCLE, *SIGNING)
 
 
 def _exit_codes_epilog() -> str:
-    return "exit codes:\n  0  ready\n" + "".join(f"  {c}  {name}\n" for c, name, _ in exit_table()) + \
-        "  1  anything unexpected\n"
+    return "exit codes:\n  0    ready\n" + "".join(f"  {c:<3}  {name}\n" for c, name, _ in exit_table()) + \
+        "  1    a bug in trtwarm (please report it)\n"
 
 
 class _Parser(argparse.ArgumentParser):
