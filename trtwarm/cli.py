@@ -166,7 +166,6 @@ def cmd_init(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
     settings = Settings.from_namespace(ns, environ)
     ns.settings = settings
-    _stop_on_signals()
     events = EventRecorder(settings.identity, environ)
     try:
         report = warm(settings, events)
@@ -268,6 +267,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     logsetup.setup(environ.get("TRTWARM_LOG_FORMAT", "text"))
     args = list(sys.argv[1:] if argv is None else argv)
     command = args[0] if args and args[0] in COMMANDS else None
+    if command == "init":  # as early as possible: a Pod deleted while its init starts still gets the message
+        _stop_on_signals()
     try:
         parser = _parser(command)  # None (unknown): every command, for the error message
         _apply_env(parser, environ)
