@@ -84,7 +84,7 @@ def test_ls_shows_truncation_at_once_and_corruption_after_verify(model: Path, ca
     ls = run_trtwarm("ls", "--cache-dir", str(cache))
     assert ls.returncode == 0, ls.stderr
     line = {row.split()[0]: row for row in ls.stdout.splitlines() if row.startswith("mlp")}
-    assert "damaged: engine is 5 bytes" in line[truncated] and "(truncated)" in line[truncated]
+    assert "damaged: engine file is 5 bytes" in line[truncated] and "(truncated)" in line[truncated]
     assert line[corrupt].rstrip().endswith("ok") and line[good].rstrip().endswith("ok")
     assert "`trtwarm verify` re-hashes every file (never run here)" in ls.stdout
 
