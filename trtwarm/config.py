@@ -233,6 +233,7 @@ def env_defaults(parser: argparse.ArgumentParser, environ: Mapping[str, str]) ->
 
     Repeatable options take a comma- or whitespace-separated list; switches take a boolean value.
     """
+    hint = f"unset it, or fix it: `{parser.prog} --help` lists the flags and their variables"
     for action in parser._actions:  # argparse has no public iterator over actions
         flags = [o for o in action.option_strings if o.startswith("--")]
         if not flags or flags[0] in ("--help",):
@@ -241,16 +242,19 @@ def env_defaults(parser: argparse.ArgumentParser, environ: Mapping[str, str]) ->
         if value is None:
             continue
         if isinstance(action, argparse._StoreTrueAction):
-            action.default = parse_bool(value, env_name(flags[0]))
+            try:
+                action.default = parse_bool(value, env_name(flags[0]))
+            except ConfigError as exc:
+                raise ConfigError(exc.message, hint=hint) from None
         elif isinstance(action, argparse._AppendAction):
             action.default = [v for v in re.split(r"[,\s]+", value) if v]
         elif action.type is int:
             try:
                 action.default = int(value)
             except ValueError:
-                raise ConfigError(f"{env_name(flags[0])}={value!r} is not an integer") from None
+                raise ConfigError(f"{env_name(flags[0])}={value!r} is not an integer", hint=hint) from None
         elif action.choices and value not in action.choices:
-            raise ConfigError(f"{env_name(flags[0])}={value!r}: choose from {', '.join(action.choices)}")
+            raise ConfigError(f"{env_name(flags[0])}={value!r}: choose from {', '.join(action.choices)}", hint=hint)
         else:
             action.default = value
 

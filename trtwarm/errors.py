@@ -92,7 +92,25 @@ def exit_table() -> list[tuple[int, str, str]]:
     return sorted((code, cls.__name__, hint) for cls, (code, hint) in _EXITS.items())
 
 
+#: what each exit code means to the person reading it (``--help`` and the README's table print these)
+EXIT_MEANINGS: dict[int, str] = {
+    0: "ready (hit, built or waited); for other commands: done",
+    2: "usage or configuration (bad flag, shape, unknown builder, missing TensorRT, no GPU visible)",
+    3: "model missing, unreadable, empty, not ONNX, or missing / truncated external data",
+    4: "build failed (the builder's output is in the log and the termination message)",
+    5: "lock wait timed out (the holder is named), or --read-only found no engine in time",
+    6: "cache volume unusable: not a directory, not writable when a build is needed, full, foreign layout version",
+    1: "anything unexpected (one line; please report it); `trtwarm verify`: problems remain",
+}
+
+
+def exit_meanings() -> list[tuple[int, str]]:
+    """``(code, meaning)`` for every exit code, in the order people read them (0, 2..6, then 1)."""
+    return list(EXIT_MEANINGS.items())
+
+
 __all__ = [
+    "EXIT_MEANINGS",
     "EXIT_OK",
     "EXIT_UNEXPECTED",
     "BuildError",
@@ -104,6 +122,7 @@ __all__ = [
     "TrustError",
     "VolumeError",
     "exit_code_for",
+    "exit_meanings",
     "exit_table",
     "hint_for",
 ]

@@ -45,4 +45,23 @@ def render(headers: Sequence[str], rows: Sequence[Sequence[object]], right: Sequ
     return "\n".join(lines)
 
 
-__all__ = ["human_age", "human_bytes", "render", "utc"]
+def fit(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int, shrink: Sequence[str]) -> list[list[str]]:
+    """Truncate cells (ending them with ``…``) of the columns named in *shrink* until :func:`render` of the result
+    is at most *width* characters wide; the widest shrinkable column gives way first, none below its header."""
+    cells = [list(map(str, row)) for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    limits = {i: max(len(h), 6) for i, h in enumerate(headers) if h in shrink}
+    while sum(widths) + 2 * (len(widths) - 1) > width:
+        candidates = [i for i in limits if widths[i] > limits[i]]
+        if not candidates:
+            break
+        widest = max(candidates, key=lambda i: widths[i])
+        widths[widest] -= 1
+    for row in cells:
+        for i in limits:
+            if len(row[i]) > widths[i]:
+                row[i] = row[i][: widths[i] - 1] + "…"
+    return cells
+
+
+__all__ = ["fit", "human_age", "human_bytes", "render", "utc"]
