@@ -35,7 +35,7 @@ from trtwarm.events import EventRecorder
 from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS
 from trtwarm.handoff import WarmReport
 from trtwarm.key import entry_name, key_document, key_of, model_fields
-from trtwarm.model import ModelFacts, check_model_path
+from trtwarm.model import ModelFacts, check_model_path, unshaped_dynamic_inputs
 from trtwarm.trust.policy import Gate
 from trtwarm.volume import leases
 from trtwarm.volume.files import SCHEMA, list_built
@@ -98,7 +98,11 @@ def resolve(settings: Settings) -> Plan:
     facts, _memo = inspect_model(settings.model, layout.statcache if layout.statcache.is_dir() else None)
     doc = key_document(model_fields(facts), identity, builder.device(), builder.build_fields(facts))
     key = key_of(doc)
-    name = entry_name(doc, key, settings.name or settings.model.stem)
+    unshaped = unshaped_dynamic_inputs(facts, settings.shapes or (settings.profiles[0] if settings.profiles else ()))
+    if unshaped:
+        log.warning("input %s has a dynamic dimension and no --shape: the builder chooses the shapes the engine "
+                    "accepts; give --shape NAME=MIN:OPT:MAX for the shapes the server sends", ", ".join(unshaped))
+    name = entry_name(doc, key, settings.name or settings.model.stem, unshaped=bool(unshaped))
     gate = Gate.create(settings.trust_policy, settings.trust_mode, settings.signing_key, settings.read_only)
     gate.require_signer_trusted(name, key)
     stamps = StampBook(settings.stamp_dir, settings.stamp_max_age) if settings.verify == "stamp" and \
@@ -311,10 +315,15 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
     plan.events = events
     log.info("key %s for %s", plan.key[:16], plan.name)
     if plan.layout.leases.is_dir():  # before the lookup: a gc that planned without seeing it undoes its removal
-        leases.take(plan.layout, plan.key, plan.name, settings.identity)
+        if leases.take(plan.layout, plan.key, plan.name, settings.identity) is None:
+            log.warning("the cache volume is read-only here: no in-use lease on %s, so a gc run on a writable mount "
+                        "of this volume cannot see that this Pod uses it", plan.label)
     entry, result = _obtain(plan)
     if plan.stamps is not None and result != "built":
         log.info("verified %s: %s", plan.label, plan.stamps.summary())
+    if entry.name != plan.name:  # found by its key under another --name: report the entry that is on the volume
+        log.info("%s is on the volume as %s (built with another --name)", plan.label, entry.name)
+        plan.name = entry.name
     plan.store.touch_use(plan.key)
     plan.seconds["total"] = time.monotonic() - start
     if result == "built":
@@ -330,11 +339,15 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
                         extra=plan.builder.report() if result == "built" else {})
     try:
         handoff.write(settings.handoff_dir, report)
-        if settings.triton_repo and settings.triton_model:
-            handoff.triton_repo(settings.triton_repo, settings.triton_model, entry.engine, plan.builder.name)
     except OSError as exc:
         raise VolumeError(f"cannot write the hand-off to {settings.handoff_dir}: {exc.strerror}",
                           hint="mount a writable emptyDir at --handoff-dir, shared with the inference container") from exc
+    if settings.triton_repo and settings.triton_model:
+        try:
+            handoff.triton_repo(settings.triton_repo, settings.triton_model, entry.engine, plan.builder.name)
+        except OSError as exc:
+            raise VolumeError(f"cannot lay out the Triton model repository {settings.triton_repo}: {exc.strerror}",
+                              hint="mount a writable emptyDir at --triton-repo, shared with Triton") from exc
     return report
 
 
