@@ -17,8 +17,15 @@ PATH_OPTIONS = frozenset({"--model", "--cache-dir", "--handoff-dir", "--plugin",
                           "--list"})
 
 
+#: values of free-form options worth offering (argparse leaves them open so the error can carry a hint)
+KNOWN_VALUES = {"--builder": ["tensorrt", "onnxruntime", "command"], "--ort-provider": ["cpu", "cuda", "tensorrt"],
+                "--precision": ["fp32", "fp16", "bf16", "int8", "fp8", "model"]}
+
+
 def _choices(action: argparse.Action) -> list[str]:
-    return [str(c) for c in action.choices] if action.choices else []
+    if action.choices:
+        return [str(c) for c in action.choices]
+    return next((KNOWN_VALUES[f] for f in action.option_strings if f in KNOWN_VALUES), [])
 
 
 def _takes_value(action: argparse.Action) -> bool:
@@ -92,4 +99,4 @@ def zsh(parser: argparse.ArgumentParser) -> str:
         ""])
 
 
-__all__ = ["PATH_OPTIONS", "bash", "zsh"]
+__all__ = ["KNOWN_VALUES", "PATH_OPTIONS", "bash", "zsh"]

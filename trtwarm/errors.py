@@ -100,6 +100,8 @@ EXIT_MEANINGS: dict[int, str] = {
     4: "build failed (the builder's output is in the log and the termination message)",
     5: "lock wait timed out (the holder is named), or --read-only found no engine in time",
     6: "cache volume unusable: not a directory, not writable when a build is needed, full, foreign layout version",
+    7: "trust policy enforce: the entry is unsigned or not signed by a key trusted for it, and this Pod cannot replace "
+       "it (--read-only, or no --signing-key)",
     1: "anything unexpected (one line; please report it); `trtwarm verify`: problems remain",
 }
 
