@@ -153,7 +153,7 @@ class Sidecar:
                     EngineStore(self.layout).touch_use(report["key"])
                 except OSError as exc:  # keep serving; the next round tries again
                     log.warning("cannot refresh the lease on %s: %s", report.get("name"), exc)
-            self.stopping.wait(self.s.lease_interval if self.lease else POLL_SECONDS)
+            self.stopping.wait(self.s.lease_interval if self._announced else POLL_SECONDS)
 
     def _gc_loop(self) -> None:
         from trtwarm.lifecycle import gc as gclib
