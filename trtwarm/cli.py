@@ -100,6 +100,22 @@ def _sub(sub: Any, name: str, help_text: str, func: Any) -> argparse.ArgumentPar
     return p
 
 
+def _key_flags(key: argparse.ArgumentParser) -> None:
+    key.add_argument("--json", action="store_true", help="machine-readable output")
+    key.add_argument("--explain", action="store_true", help="on a miss, list the key fields that differ from the "
+                     "nearest entries of the same model on the volume")
+
+
+def _warm_flags(warm: argparse.ArgumentParser) -> None:
+    warm.add_argument("--list", dest="models_list", metavar="FILE", help="the models: a JSON (or, with PyYAML, YAML) "
+                      "list of objects whose keys are init flags, e.g. [{\"model\": \"a.onnx\"}]")
+    warm.add_argument("--json", action="store_true", help="print the summary as JSON")
+    warm.set_defaults(handoff_dir=None)  # a temporary directory, unless given
+    for action in warm._actions:  # argparse has no public lookup by dest
+        if action.dest == "handoff_dir":
+            action.help = "each model's engine.json goes to DIR/<n>-<model>/ (default: a temporary directory)"
+
+
 def _parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser; with *only*, just that subcommand's options are defined (a hit should not pay for the rest)."""
     parser = argparse.ArgumentParser(prog="trtwarm", description="Build TensorRT engines once, reuse them everywhere. "
@@ -118,14 +134,9 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
             add_init_flags(p)
             add_run_flags(p)
     if only in (None, "key"):
-        key.add_argument("--json", action="store_true", help="machine-readable output")
-        key.add_argument("--explain", action="store_true", help="on a miss, list the key fields that differ from "
-                         "the nearest entries of the same model on the volume")
+        _key_flags(key)
     if only in (None, "warm"):
-        warm.add_argument("--list", dest="models_list", metavar="FILE", help="the models: a JSON (or, with PyYAML, "
-                          "YAML) list of objects whose keys are init flags, e.g. [{\"model\": \"a.onnx\"}]")
-        warm.add_argument("--json", action="store_true", help="print the summary as JSON")
-        warm.set_defaults(handoff_dir=None)
+        _warm_flags(warm)
     if only in (None, "sidecar"):
         from trtwarm.sidecar.server import add_parser
 

@@ -186,9 +186,9 @@ def validate_shapes(facts: ModelFacts, shapes: tuple[ShapeSpec, ...]) -> None:
 
 
 def unshaped_dynamic_inputs(facts: ModelFacts, shapes: tuple[ShapeSpec, ...]) -> list[str]:
-    """Inputs with a symbolic dimension that no ``--shape``/``--profile`` covers, as ``name [batchx16]``."""
+    """Inputs with a symbolic dimension that no ``--shape``/``--profile`` covers, as ``'name' [?x16]``."""
     given = {s.name for s in shapes}
-    return [f"{i.name} [{_fmt(i.dims)}]" for i in facts.inputs if None in i.dims and i.name not in given]
+    return [f"{i.name!r} [{_fmt(i.dims)}]" for i in facts.inputs if None in i.dims and i.name not in given]
 
 
 def _fmt(dims: tuple[int | None, ...]) -> str:

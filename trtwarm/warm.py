@@ -100,8 +100,8 @@ def resolve(settings: Settings) -> Plan:
     key = key_of(doc)
     unshaped = unshaped_dynamic_inputs(facts, settings.shapes or (settings.profiles[0] if settings.profiles else ()))
     if unshaped:
-        log.warning("input %s has a dynamic dimension and no --shape: the builder chooses the shapes the engine "
-                    "accepts; give --shape NAME=MIN:OPT:MAX for the shapes the server sends", ", ".join(unshaped))
+        log.warning("dynamic input %s has no --shape: the builder chooses the shapes the engine accepts; give "
+                    "--shape NAME=MIN:OPT:MAX for the shapes the server sends", ", ".join(unshaped))
     name = entry_name(doc, key, settings.name or settings.model.stem, unshaped=bool(unshaped))
     gate = Gate.create(settings.trust_policy, settings.trust_mode, settings.signing_key, settings.read_only)
     gate.require_signer_trusted(name, key)
@@ -304,6 +304,15 @@ def _obtain(plan: Plan) -> tuple[Entry, str]:
                       hint="a cleanup that ignores trtwarm's leases is running on this volume; stop it")
 
 
+def _take_lease(plan: Plan) -> None:
+    """Lease the key before the lookup: a gc that planned without seeing the lease undoes its removal."""
+    if not plan.layout.leases.is_dir():
+        return  # a fresh volume: nothing there to protect yet (a build creates the directory)
+    if leases.take(plan.layout, plan.key, plan.name, plan.settings.identity) is None:
+        log.warning("the cache volume is read-only here: no in-use lease on %s, so a gc run on a writable mount of "
+                    "this volume cannot see that this Pod uses it", plan.label)
+
+
 def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
     """Run ``trtwarm init``: return the report after writing the hand-off. :raises TrtwarmError: see errors."""
     start = time.monotonic()
@@ -314,10 +323,7 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
     plan = resolve(settings)
     plan.events = events
     log.info("key %s for %s", plan.key[:16], plan.name)
-    if plan.layout.leases.is_dir():  # before the lookup: a gc that planned without seeing it undoes its removal
-        if leases.take(plan.layout, plan.key, plan.name, settings.identity) is None:
-            log.warning("the cache volume is read-only here: no in-use lease on %s, so a gc run on a writable mount "
-                        "of this volume cannot see that this Pod uses it", plan.label)
+    _take_lease(plan)
     entry, result = _obtain(plan)
     if plan.stamps is not None and result != "built":
         log.info("verified %s: %s", plan.label, plan.stamps.summary())

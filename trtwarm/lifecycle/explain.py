@@ -86,7 +86,8 @@ def render(report: dict[str, Any]) -> str:
     lines = [f"miss: key {report['key'][:16]} ({report['name']}); {report['candidates']} entries of this model, "
              "nearest first"]
     for near in report["nearest"]:
-        lines.append(f"  {near['entry']}: {near['differing']} field{' differs' if near['differing'] == 1 else 's differ'}")
+        count = near["differing"]
+        lines.append(f"  {near['entry']}: {count} field{' differs' if count == 1 else 's differ'}")
         for change in near["fields"]:
             lines += [f"    {change['field']}", f"      entry: {_value(change['entry'])}",
                       f"      this:  {_value(change['this'])}"]
