@@ -226,3 +226,17 @@ def test_warm_list_reads_yaml_when_pyyaml_is_there(model: Path, cache: Path, tmp
     run = run_trtwarm("warm", "--list", str(listing), "--cache-dir", str(cache), "--json")
     assert run.returncode == 0, run.stderr
     assert [r["result"] for r in json.loads(run.stdout.splitlines()[-1])] == ["built"]
+
+
+def test_ls_says_why_an_entry_is_damaged_in_the_table_and_the_json(model: Path, cache: Path, tmp_path: Path) -> None:
+    garbage, truncated = build(model, cache, tmp_path, "g"), build(model, cache, tmp_path, "t")
+    by_name = {p.name: p for p in entries(cache)}
+    (by_name[garbage["name"]] / "manifest.json").write_text("{not json")
+    engine = by_name[truncated["name"]] / "engine.plan"
+    engine.write_bytes(engine.read_bytes()[:100])
+    rows = {r["name"]: r for r in json.loads(run_trtwarm("ls", "--cache-dir", str(cache), "--json").stdout)}
+    assert rows[garbage["name"]]["status"] == rows[truncated["name"]]["status"] == "damaged"
+    assert rows[garbage["name"]]["problem"] == "manifest.json is not valid JSON"
+    assert "(truncated)" in rows[truncated["name"]]["problem"]
+    table = run_trtwarm("ls", "--cache-dir", str(cache), "--columns", "key,status").stdout
+    assert f"{truncated['key']}  damaged: engine is 100 bytes" in table

@@ -43,8 +43,9 @@ COLUMNS: dict[str, tuple[str, Callable[[dict[str, Any], float], object]]] = {
     "path": ("PATH", lambda r, now: r["path"] or "-"),
 }
 DEFAULT_COLUMNS = ("key", "model", "builder", "device", "precision", "shapes", "size", "used", "pods", "status")
-#: the columns that give way (truncated with "…") when the default table is wider than :data:`WIDTH`
-_SHRINK = ("SHAPES", "MODEL", "STATUS", "DEVICE", "BUILDER", "NAME", "PATH")
+#: the columns that give way (truncated with "…") when the default table is wider than :data:`WIDTH`, and the
+#: width each keeps (a damaged entry's reason keeps its start; ``show`` prints it in full)
+_SHRINK = {"SHAPES": 10, "MODEL": 10, "DEVICE": 11, "BUILDER": 12, "NAME": 24, "PATH": 24, "STATUS": 28}
 
 
 def entry_record(e: EntryInfo) -> dict[str, Any]:
