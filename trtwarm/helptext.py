@@ -7,7 +7,6 @@ Pure functions over a built parser; :mod:`trtwarm.cli` calls them, and the shell
 from __future__ import annotations
 
 import argparse
-import difflib
 from collections.abc import Iterator, Sequence
 
 from trtwarm.config import env_name
@@ -57,6 +56,8 @@ def annotate_env(parser: argparse.ArgumentParser) -> None:
 
 def unknown_command(word: str, commands: Sequence[str]) -> ConfigError:
     """The error for ``trtwarm WORD`` when WORD is no command: the closest command, then all of them."""
+    import difflib  # only on this error path
+
     close = difflib.get_close_matches(word, commands, n=1, cutoff=0.5)
     guess = f"did you mean `trtwarm {close[0]}`? " if close else ""
     return ConfigError(f"unknown command {word!r}", hint=f"{guess}commands: {', '.join(commands)}")

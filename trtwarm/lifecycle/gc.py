@@ -97,10 +97,10 @@ def _action(info: EntryInfo, reason: str) -> Action:
 
 def _protection(info: EntryInfo, now: float) -> str | None:
     if info.in_use:
-        last = max(lease.heartbeat for lease in info.leases)
+        expires = max(lease.expires for lease in info.leases)
         return (f"in use: leased by {', '.join(lease.holder for lease in info.leases)} (a lease lasts "
                 f"{leaselib.LEASE_TTL / 60:.0f} min after its last heartbeat; expires in "
-                f"{max(0.0, last + leaselib.LEASE_TTL - now):.0f} s unless refreshed)")
+                f"{max(0.0, expires - now):.0f} s unless refreshed)")
     if info.building:
         return "a build of this key is in progress"
     return None

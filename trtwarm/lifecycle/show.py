@@ -22,7 +22,6 @@ from trtwarm.lifecycle.filters import select
 from trtwarm.lifecycle.inventory import EntryInfo, Inventory, scan
 from trtwarm.lifecycle.tables import human_age, human_bytes, utc
 from trtwarm.volume.layout import Layout
-from trtwarm.volume.leases import LEASE_TTL
 
 SIGNATURE = "manifest.sig.json"
 
@@ -66,7 +65,7 @@ def _leases(inv: Inventory, key: str | None) -> list[dict[str, Any]]:
         doc = read_json_object(lease.path, 1 << 16) or {}
         out.append({"holder": lease.holder, "pod": doc.get("pod"), "namespace": doc.get("namespace"),
                     "node": doc.get("node"), "heartbeat_ts": lease.heartbeat,
-                    "expires_ts": lease.heartbeat + LEASE_TTL, "fresh": lease.fresh(inv.now)})
+                    "expires_ts": lease.expires, "fresh": lease.fresh(inv.now)})
     return out
 
 
