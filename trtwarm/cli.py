@@ -118,9 +118,10 @@ def _warm_flags(warm: argparse.ArgumentParser) -> None:
 
 def _parser(only: str | None = None) -> argparse.ArgumentParser:
     """The parser; with *only*, just that subcommand's options are defined (a hit should not pay for the rest)."""
-    parser = argparse.ArgumentParser(prog="trtwarm", description="Build TensorRT engines once, reuse them everywhere. "
+    parser = argparse.ArgumentParser(prog="trtwarm", description="Build TensorRT engines once, reuse them everywhere.\n\n"
                                      "Every long option is also an environment variable TRTWARM_<OPTION> (upper "
-                                     "case, - becomes _); a flag on the command line wins.",
+                                     "case, - becomes _);\na flag on the command line wins. Completion: "
+                                     "source <(trtwarm completion bash)",
                                      epilog=exit_codes_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"trtwarm {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -218,8 +218,9 @@ def add_parsers(sub: Any, cache_default: str) -> None:
     gc.add_argument("--keep-per-model", type=int, help="keep only the N most recently used entries per model")
     gc.add_argument("--quarantine-grace", default="7d", help="keep quarantined entries this long (%(default)s)")
     gc.add_argument("--max-remove", type=int, default=gclib.MAX_REMOVE, help="bound per pass (%(default)s)")
-    rm = parser("rm", cmd_rm, "remove entries by key, key prefix or name")
-    rm.add_argument("selectors", nargs="+", metavar="KEY|NAME")
+    rm = parser("rm", cmd_rm, "remove entries by key, key prefix, entry name or model name")
+    rm.add_argument("selectors", nargs="+", metavar="KEY|NAME", help="a key, a key prefix (8+ hex digits, any case), "
+                    "an entry name with or without its --key16 suffix, or a model name (all its entries)")
     rm.add_argument("--force", action="store_true", help="also remove entries a live Pod holds a lease on")
     for p in (gc, rm):
         p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
