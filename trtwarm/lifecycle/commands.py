@@ -51,7 +51,7 @@ def cmd_ls(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
         return 0
     print(listing.table(rows, columns, inv.now, listing.WIDTH if fitted else None))
     shown = [r for r in rows if r["status"] in ("ok", "damaged")]
-    print(f"\n{len(shown)} entries, {human_bytes(sum(r['bytes'] for r in shown))}; "
+    print(f"\n{len(shown)} {'entry' if len(shown) == 1 else 'entries'}, {human_bytes(sum(r['bytes'] for r in shown))}; "
           f"{sum(bool(r['pods']) for r in shown)} in use; {sum(r['status'] == 'building' for r in rows)} building; "
           f"{len(inv.quarantined)} quarantined"
           + ("" if filters == Filters() else f" (filtered; {len(inv.entries)} entries on the volume)"))

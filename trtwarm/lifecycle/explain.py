@@ -83,8 +83,9 @@ def render(report: dict[str, Any]) -> str:
     if not report["nearest"]:
         return (f"miss: key {report['key'][:16]}; no entry on the volume has this model "
                 f"({report['model_sha256'][:16]}) or the name {report['model']!r}: a first build, not a changed key")
-    lines = [f"miss: key {report['key'][:16]} ({report['name']}); {report['candidates']} entries of this model, "
-             "nearest first"]
+    count = report["candidates"]
+    lines = [f"miss: key {report['key'][:16]} ({report['name']}); {count} {'entry' if count == 1 else 'entries'} "
+             "of this model, nearest first"]
     for near in report["nearest"]:
         count = near["differing"]
         lines.append(f"  {near['entry']}: {count} field{' differs' if count == 1 else 's differ'}")

@@ -33,11 +33,11 @@ COLUMNS: dict[str, tuple[str, Callable[[dict[str, Any], float], object]]] = {
     "model": ("MODEL", lambda r, now: r["model"]),
     "builder": ("BUILDER", lambda r, now: r["builder"] or "-"),
     "device": ("DEVICE", lambda r, now: r["device"] or "-"),
-    "precision": ("PRECISION", lambda r, now: r["precision"] or "-"),
+    "precision": ("PREC", lambda r, now: r["precision"] or "-"),
     "shapes": ("SHAPES", lambda r, now: r["shapes"] or "-"),
     "size": ("SIZE", lambda r, now: human_bytes(r["bytes"])),
     "created": ("CREATED", lambda r, now: utc(r["created_ts"])),
-    "used": ("LAST USED", lambda r, now: _ago(r["last_used_ts"], now)),
+    "used": ("USED", lambda r, now: _ago(r["last_used_ts"], now)),
     "pods": ("PODS", lambda r, now: len(r["pods"])),
     "status": ("STATUS", lambda r, now: _status(r)),
     "path": ("PATH", lambda r, now: r["path"] or "-"),
@@ -45,7 +45,7 @@ COLUMNS: dict[str, tuple[str, Callable[[dict[str, Any], float], object]]] = {
 DEFAULT_COLUMNS = ("key", "model", "builder", "device", "precision", "shapes", "size", "used", "pods", "status")
 #: the columns that give way (truncated with "…") when the default table is wider than :data:`WIDTH`, and the
 #: width each keeps (a damaged entry's reason keeps its start; ``show`` prints it in full)
-_SHRINK = {"SHAPES": 10, "MODEL": 10, "DEVICE": 11, "BUILDER": 12, "NAME": 24, "PATH": 24, "STATUS": 28}
+_SHRINK = {"SHAPES": 10, "MODEL": 10, "DEVICE": 11, "BUILDER": 19, "NAME": 24, "PATH": 24, "STATUS": 28}
 
 
 def entry_record(e: EntryInfo) -> dict[str, Any]:
