@@ -90,6 +90,13 @@ def test_bash_completion_offers_commands_flags_and_choices() -> None:
     assert "--explain" in _bash_complete(run.stdout, "trtwarm key --")
 
 
+def test_bash_completion_offers_the_entry_names_after_show_and_rm(model: Path, cache: Path, tmp_path: Path) -> None:
+    built = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h"))
+    script = run_trtwarm("completion", "bash").stdout
+    assert _bash_complete(script, f"trtwarm show --cache-dir {cache} ml") == [built.summary["name"]]
+    assert _bash_complete(script, f"trtwarm rm --cache-dir {cache} --yes x") == []
+
+
 def test_zsh_completion_is_valid_zsh() -> None:
     run = run_trtwarm("completion", "zsh")
     assert run.returncode == 0 and run.stdout.startswith("#compdef trtwarm")

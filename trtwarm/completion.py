@@ -2,7 +2,8 @@
 
 Generated, not hand-written, so a new flag or command is completed the moment it exists; no dependency
 (argcomplete would re-run Python on every TAB). Completes commands, each command's long options, the values of
-options with fixed choices, and file names after options that take a path.
+options with fixed choices, file names after options that take a path, and (bash) the entry names on the volume
+after ``show`` and ``rm`` (a directory listing of ``<cache-dir>/entries``; no Python runs).
 """
 
 from __future__ import annotations
@@ -58,6 +59,13 @@ def bash(parser: argparse.ArgumentParser) -> str:
         f'        COMPREPLY=($(compgen -W "{" ".join(subs)} --help --version" -- "$cur")); return',
         "    fi",
         '    case "$cmd:$prev" in', *values, "    esac",
+        '    if [[ "$cur" != -* && ( "$cmd" == show || "$cmd" == rm ) ]]; then',
+        '        local dir="${TRTWARM_CACHE_DIR:-/models/cache}"',
+        "        for ((i=1; i<COMP_CWORD; i++)); do",
+        '            [[ "${COMP_WORDS[i]}" == --cache-dir ]] && dir="${COMP_WORDS[i+1]}"',
+        "        done",
+        '        COMPREPLY=($(compgen -W "$(command ls "$dir/entries" 2>/dev/null)" -- "$cur")); return',
+        "    fi",
         '    [[ "$cur" == -* ]] || return 0',
         '    case "$cmd" in', *cases, "    esac",
         "}",
