@@ -206,7 +206,7 @@ def serve(settings: SidecarSettings, identity: Identity) -> int:
         in_use = exc.errno == errno.EADDRINUSE
         raise ConfigError(f"cannot listen on {settings.bind}:{settings.port}: {exc.strerror or exc}",
                           hint="choose another --port, or stop what uses it" if in_use else
-                          "--bind must be an address of this host (0.0.0.0: all, 127.0.0.1: local only)") from exc
+                          "--bind must be an address of this host (:: or 0.0.0.0: all, 127.0.0.1: local only)") from exc
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: sidecar.stop())
     sidecar.run()
