@@ -82,7 +82,7 @@ def _bash_complete(script: str, line: str) -> list[str]:
 def test_bash_completion_offers_commands_flags_and_choices() -> None:
     run = run_trtwarm("completion", "bash")
     assert run.returncode == 0
-    assert sorted(_bash_complete(run.stdout, "trtwarm s")) == ["selftest", "show", "sidecar", "stats"]
+    assert sorted(_bash_complete(run.stdout, "trtwarm s")) == ["selftest", "show", "sidecar", "sign", "stats"]
     assert _bash_complete(run.stdout, "trtwarm init --builder-") == ["--builder-version"]
     assert _bash_complete(run.stdout, "trtwarm init --builder ") == ["tensorrt", "onnxruntime", "command"]
     assert _bash_complete(run.stdout, "trtwarm init --precision fp") == ["fp32", "fp16", "fp8"]

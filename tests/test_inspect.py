@@ -82,7 +82,7 @@ def test_show_verify_finds_a_corrupt_engine_and_a_signature_file_is_reported(mod
     engine.write_bytes(bytes(len(engine.read_bytes())))  # same size, other bytes
     bad = run_trtwarm("show", built["key"][:12], "--cache-dir", str(cache), "--verify")
     assert bad.returncode == 1 and "failed: engine SHA-256 does not match" in bad.stdout
-    assert "signature    signed (manifest.sig.json present" in bad.stdout
+    assert "signature    signed by no key (not checked: pass --trust-policy)" in bad.stdout
 
 
 def test_ls_default_fits_120_columns_in_the_json_vocabulary(long_model: Path, cache: Path, tmp_path: Path) -> None:
@@ -134,7 +134,7 @@ def test_ls_json_lists_a_build_in_progress(model: Path, cache: Path, tmp_path: P
         assert [r["status"] for r in rows] == ["building"] and rows[0]["name"].startswith("mlp_")
         assert rows[0]["owner"]["pid"] == proc.pid
         only = json.loads(run_trtwarm("ls", "--cache-dir", str(cache), "--json", "--status", "building").stdout)
-        assert only == rows
+        assert [(r["key"], r["status"]) for r in only] == [(r["key"], r["status"]) for r in rows]
     finally:
         gate.unlink()
         proc.communicate(timeout=60)
@@ -239,4 +239,24 @@ def test_ls_says_why_an_entry_is_damaged_in_the_table_and_the_json(model: Path, 
     assert rows[garbage["name"]]["problem"] == "manifest.json is not valid JSON"
     assert "(truncated)" in rows[truncated["name"]]["problem"]
     table = run_trtwarm("ls", "--cache-dir", str(cache), "--columns", "key,status").stdout
-    assert f"{truncated['key']}  damaged: engine is 100 bytes" in table
+    assert f"{truncated['key']}  damaged: engine file is 100 bytes" in table
+
+
+def test_show_checks_a_real_signature_against_a_trust_policy(model: Path, cache: Path, tmp_path: Path) -> None:
+    keys = run_trtwarm("keys", "generate", "--out", str(tmp_path / "ci"))
+    assert keys.returncode == 0, keys.stderr
+    policy, other = tmp_path / "policy.json", tmp_path / "other.json"
+    for path, models in ((policy, ["mlp*"]), (other, ["resnet*"])):
+        path.write_text(json.dumps({"mode": "enforce", "keys": [
+            {"name": "ci", "public_key_file": str(tmp_path / "ci.pub"), "models": models}]}))
+    built = build(model, cache, tmp_path, "s", "--signing-key", str(tmp_path / "ci.key"), "--trust-policy", str(policy))
+    kid = keys.stdout.split("key id")[1].split()[0][:16]
+
+    def signature(*flags: str) -> str:
+        run = run_trtwarm("show", built["key"], "--cache-dir", str(cache), *flags)
+        assert run.returncode == 0, run.stderr
+        return next(line for line in run.stdout.splitlines() if line.startswith("signature"))
+
+    assert signature() == f"signature    signed by {kid} (not checked: pass --trust-policy)"
+    assert signature("--trust-policy", str(policy)) == f"signature    signed by trusted key {kid} ({policy})"
+    assert signature("--trust-policy", str(other)).startswith(f"signature    NOT trusted by {other}: ")

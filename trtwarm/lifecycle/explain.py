@@ -88,7 +88,8 @@ def render(report: dict[str, Any]) -> str:
              "of this model, nearest first"]
     for near in report["nearest"]:
         count = near["differing"]
-        lines.append(f"  {near['entry']}: {count} field{' differs' if count == 1 else 's differ'}")
+        where = f" ({near['built_on']})" if near.get("built_on") else ""
+        lines.append(f"  {near['entry']}{where}: {count} field{' differs' if count == 1 else 's differ'}")
         for change in near["fields"]:
             lines += [f"    {change['field']}", f"      entry: {_value(change['entry'])}",
                       f"      this:  {_value(change['this'])}"]

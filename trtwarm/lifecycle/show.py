@@ -26,17 +26,28 @@ from trtwarm.volume.layout import Layout
 SIGNATURE = "manifest.sig.json"
 
 
-def signature_status(entry_dir: Path) -> str:
-    """The entry's signature status in words: ``unsigned`` without ``manifest.sig.json``.
+def signature_status(info: EntryInfo, policy: Path | None = None) -> str:
+    """The entry's signature status in words: ``unsigned`` without ``manifest.sig.json``; else who signed it, and,
+    with a trust policy, whether a key it trusts for this entry signed exactly this manifest
+    (:meth:`trtwarm.trust.policy.Gate.status`, the check ``init`` makes).
 
-    The one place ``show`` asks about signatures: point it at the signing module's verifier once that lands.
+    :raises ConfigError: an unreadable policy
     """
-    path = entry_dir / SIGNATURE
+    path = info.path / SIGNATURE
     if not path.exists():
         return "unsigned"
-    if read_json_object(path, 1 << 20) is None:
-        return f"{SIGNATURE} present but not readable JSON"
-    return f"signed ({SIGNATURE} present; not checked by this trtwarm version)"
+    doc = read_json_object(path, 1 << 20)
+    sigs = doc.get("signatures") if doc else None
+    if not isinstance(sigs, list):
+        return f"{SIGNATURE} present but not a signature envelope"
+    ids = ", ".join(str(s.get("keyid", "?"))[:16] for s in sigs if isinstance(s, dict)) or "no key"
+    if policy is None or not info.manifest:
+        return f"signed by {ids} (not checked: pass --trust-policy)"
+    from trtwarm.trust.policy import Gate
+    from trtwarm.volume.store import Entry
+
+    ok, detail = Gate.create(policy, "warn").status(Entry(info.path, info.manifest))
+    return f"signed by trusted key {detail[:16]} ({policy})" if ok else f"NOT trusted by {policy}: {detail}"
 
 
 def _files(info: EntryInfo) -> list[dict[str, Any]]:
@@ -129,14 +140,15 @@ def _verify_now(info: EntryInfo) -> str:
     return "ok: manifest, size and SHA-256 match"
 
 
-def describe(inv: Inventory, info: EntryInfo, cache_dir: str, verify: bool) -> dict[str, Any]:
+def describe(inv: Inventory, info: EntryInfo, cache_dir: str, verify: bool,
+             policy: Path | None = None) -> dict[str, Any]:
     """Everything ``show`` prints, as ``show --json`` prints it."""
     m = info.manifest
     doc = m.get("key_document") or {}
     return {**info.as_json(), "model": model_part(info.name), "files": _files(info), "key_document": doc or None,
             "built_by": m.get("built_by"), "build_seconds": m.get("build_seconds"),
             "trtwarm_version": m.get("trtwarm_version"), "schema": m.get("schema"),
-            "signature": signature_status(info.path), "leases": _leases(inv, info.key),
+            "signature": signature_status(info, policy), "leases": _leases(inv, info.key),
             "verified_now": _verify_now(info) if verify else None,
             "init_command": init_command(doc, info.name, cache_dir) if doc else None}
 
@@ -200,7 +212,8 @@ def cmd_show(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     layout = Layout(Path(ns.cache_dir))
     layout.check()
     inv = scan(layout, manifests=True)
-    d = describe(inv, find(inv, ns.selector), ns.cache_dir, ns.verify)
+    policy = Path(ns.trust_policy) if ns.trust_policy else None
+    d = describe(inv, find(inv, ns.selector), ns.cache_dir, ns.verify, policy)
     print(json.dumps(d, indent=2, sort_keys=True) if ns.json else render(d, inv.now))
     return 1 if d["verified_now"] and not d["verified_now"].startswith("ok") else 0
 
@@ -213,6 +226,7 @@ def add_parser(sub: Any, cache_default: str) -> None:
     p.add_argument("--cache-dir", default=cache_default, help="the shared cache volume (%(default)s)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--verify", action="store_true", help="re-hash the entry now; exit 1 if it fails")
+    p.add_argument("--trust-policy", metavar="FILE", help="check the entry's signature against this trust policy")
     p.set_defaults(func=cmd_show)
 
 
