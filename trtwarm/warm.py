@@ -36,6 +36,7 @@ from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS
 from trtwarm.handoff import WarmReport
 from trtwarm.key import entry_name, key_document, key_of, model_fields
 from trtwarm.model import ModelFacts, check_model_path, unshaped_dynamic_inputs
+from trtwarm.trust import keys
 from trtwarm.trust.policy import Gate
 from trtwarm.volume import leases
 from trtwarm.volume.files import SCHEMA, list_built
@@ -261,7 +262,22 @@ def _build_locked(plan: Plan, mode: str) -> None:
         build_and_publish(plan)
 
 
+def _wait_reason(plan: Plan) -> tuple[str, str, str]:
+    """Why this Pod waits instead of building: (log prefix, what it waits for, what to do when it waited too long)."""
+    if plan.settings.read_only:
+        return ("--read-only", "another builder to publish",
+                "build it elsewhere first (a Pod without --read-only, or CI), or raise --lock-timeout")
+    return ("trust policy enforce, no --signing-key",
+            "a builder with a trusted signing key to publish a signed entry of",
+            "this Pod would refuse what it built itself, so it only waits: run a builder with a signing key the "
+            "policy trusts (e.g. the prebuild Job, deploy/README.md), give this Pod --signing-key "
+            "(TRTWARM_SIGNING_KEY), or raise --lock-timeout")
+
+
 def _wait_read_only(plan: Plan) -> Entry:
+    """Wait for a verified (and, under a policy, trusted) entry without building. :raises LockTimeoutError:"""
+    why, what, hint = _wait_reason(plan)
+    log.info("%s: waiting for %s %s (up to %.0f s)", why, what, plan.label, plan.settings.lock_timeout)
     start = last = time.monotonic()
     while (elapsed := time.monotonic() - start) < plan.settings.lock_timeout:
         time.sleep(0.5)
@@ -270,17 +286,13 @@ def _wait_read_only(plan: Plan) -> Entry:
             return entry
         if time.monotonic() - last >= plan.settings.progress_interval:
             last = time.monotonic()
-            log.info("--read-only: waiting for another builder to publish %s (%.0f s)", plan.label, elapsed)
-    raise LockTimeoutError(f"--read-only: no engine for {plan.label} appeared within {plan.settings.lock_timeout:.0f} "
-                           "s", hint="build it elsewhere first (a Pod without --read-only, or CI), or raise "
-                           "--lock-timeout")
+            log.info("%s: waiting for %s %s (%.0f s)", why, what, plan.label, elapsed)
+    raise LockTimeoutError(f"{why}: no {'signed ' if not plan.settings.read_only else ''}engine for {plan.label} "
+                           f"appeared within {plan.settings.lock_timeout:.0f} s", hint=hint)
 
 
 def _build_or_wait(plan: Plan) -> tuple[Entry | None, str]:
     if plan.settings.read_only or plan.gate.consumer_only:
-        if not plan.settings.read_only:
-            log.info("trust policy enforce and no --signing-key: this Pod only uses signed entries; waiting for a "
-                     "signing builder like --read-only")
         return _wait_read_only(plan), "waited"
     try:
         return _single_flight(plan)
@@ -316,6 +328,8 @@ def _take_lease(plan: Plan) -> None:
 def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
     """Run ``trtwarm init``: return the report after writing the hand-off. :raises TrtwarmError: see errors."""
     start = time.monotonic()
+    if settings.trust_policy is not None and settings.trust_mode != "off":
+        keys.preload()  # the verifier's import overlaps with the key and the hashing (README, Benchmarks)
     handoff.clear(settings.handoff_dir)
     if not settings.read_only and not Layout(settings.cache_dir).statcache.is_dir():
         with contextlib.suppress(VolumeError):  # surfaces again, with its reason, if a build turns out to be needed

@@ -17,6 +17,7 @@ import binascii
 import hashlib
 import os
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,28 @@ def load_public(pem: bytes, what: str = "public key") -> Any:
     if not isinstance(key, ec.EllipticCurvePublicKey):
         raise ConfigError(f"{what} is neither Ed25519 nor ECDSA", hint="trtwarm signs with Ed25519 or ECDSA")
     return key
+
+
+def preload() -> threading.Thread:
+    """Import what an Ed25519 check needs in a background thread, and return the thread (already started).
+
+    ``trtwarm init`` calls this first thing when a trust policy is configured: the import of ``cryptography``'s Rust
+    extension (most of a check's cost on a hit) then overlaps with resolving the key and hashing the entry's files
+    (hashlib releases the GIL). Nothing is skipped: the check itself runs as before, and if this import is still
+    running it waits for it (Python's per-module import lock); if it fails, the check's own import raises the error.
+    Not a daemon thread, so the interpreter never exits in the middle of loading an extension module.
+    """
+
+    def load() -> None:
+        try:
+            from cryptography.exceptions import InvalidSignature  # noqa: F401
+            from cryptography.hazmat.primitives.asymmetric import ed25519  # noqa: F401
+        except ImportError:  # reported by the check's own import, with the caller's context
+            pass
+
+    thread = threading.Thread(target=load, name="trtwarm-trust-preload")
+    thread.start()
+    return thread
 
 
 def verify_signature(public_key: Any, signature: bytes, message: bytes) -> bool:
@@ -175,5 +198,5 @@ def generate(private_path: Path, public_path: Path, kind: str = "ed25519") -> st
     return key_id(public)
 
 
-__all__ = ["KINDS", "generate", "key_id", "load_private", "load_public", "pem_der", "public_pem", "read_key_file",
-           "sign_bytes", "verify_signature"]
+__all__ = ["KINDS", "generate", "key_id", "load_private", "load_public", "pem_der", "preload", "public_pem",
+           "read_key_file", "sign_bytes", "verify_signature"]
