@@ -88,10 +88,10 @@ def _sign_one(layout: Layout, gate: Gate, path: Path, dry_run: bool) -> dict[str
         except OSError as exc:
             raise VolumeError(f"cannot sign {path.name}: {exc.strerror}", hint="sign where the cache volume is "
                               "mounted read-write by a user who may write it (a builder Pod or Job)") from exc
-    kept = len(envelope["signatures"]) - 1
+    kept, count = len(envelope["signatures"]) - 1, len(entry.files)
     return {"name": path.name, "key": entry.key, "result": "would sign" if dry_run else "signed",
-            "keyid": gate.signer[1], "detail": f"{len(entry.files)} files" + (f"; kept {kept} other signature(s)"
-                                                                               if kept else "")}
+            "keyid": gate.signer[1], "detail": f"{count} file{'s' if count != 1 else ''}" + (
+                f"; kept {kept} other signature(s)" if kept else "")}
 
 
 def cmd_sign(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
