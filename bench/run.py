@@ -11,10 +11,14 @@ README.md (``--quick``: smaller sizes, nothing written). Not timed tests: target
   build (see ``bench/storm.py``): builds, last ready after publish (target 0.5x the seed's median), torn reads.
 * crash takeover: SIGKILL of a builder with four waiters: until a waiter's build starts, vs a fresh init's start.
 * trust: a hit with the signature verified under ``--trust-mode enforce`` vs the same hit with trust off (target:
-  <= 5 ms added), and in one process what the check itself costs (``bench/trust.py``). ``--only trust`` runs just
+  <= 5 ms added), and in one process what the check costs after hashing, with and without init's background
+  import of the verifier (``bench/trust.py``). ``--only trust`` runs just
   this one and replaces its row in README.md.
 * key resolution of a 1 GiB model with the stat cache vs a full hash; ``ls``, ``ls --json``, ``stats``,
   ``gc --dry-run`` on 10,000 entries vs reading every manifest; ``/metrics`` p99 vs ``/healthz`` on one sidecar.
+* images (``bench/images.py``, its own README block; nothing measured, with the reason, where podman cannot run):
+  image sizes vs the base, ``podman run`` to ``/healthz`` 200 vs a host process, a hit in a container vs on the host.
+  ``--only images`` runs just these; ``--no-images`` skips them.
 """
 
 from __future__ import annotations
@@ -280,10 +284,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, nothing written (a smoke run)")
     parser.add_argument("--skip-8g-digest", action="store_true", help="leave out the 8 GiB digest row (slow)")
-    parser.add_argument("--only", choices=["trust"], help="run one benchmark and replace its row in README.md")
+    parser.add_argument("--only", choices=["trust", "images"], help="run one benchmark and replace its README rows")
+    parser.add_argument("--no-images", action="store_true", help="skip the image rows (bench/images.py)")
     args = parser.parse_args()
     if args.only == "trust":
         return _only_trust()
+    if args.only == "images":
+        from bench.images import main as images_main
+
+        return images_main()
     sizes = [10 * MiB, 100 * MiB] if args.quick else [10 * MiB, 1 << 30, 8 << 30]
     counts = [4, 16] if args.quick else [16, 64]
     # as installed from a wheel: bytecode compiled ahead (this matters where PYTHONDONTWRITEBYTECODE is set)
@@ -312,6 +321,14 @@ def main() -> int:
         text = readme.read_text()
         new = re.sub(r"(<!-- bench -->\n).*?(<!-- /bench -->)", lambda m: m[1] + table + m[2], text, flags=re.S)
         readme.write_text(new)
+    if not args.no_images:  # podman builds both images; measures nothing (and says why) where podman cannot run
+        from bench.images import bench_images, render_images, write_readme
+
+        with tempfile.TemporaryDirectory(prefix="trtwarm-bench-images-") as tmp:
+            images_table = render_images(bench_images(Path(tmp)))
+        print(images_table)
+        if not args.quick:
+            write_readme(images_table)
     return 0
 
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from conftest import env_for
-from k8s import ROOT, CHART, assert_wired, manifests, objects, pod_spec, render, validate
+from k8s import ROOT, CHART, assert_wired, container, flag, manifests, objects, pod_spec, render, validate
 from pss import restricted
 from trtwarm.volume.layout import Layout
 
@@ -196,7 +196,9 @@ def test_dockerfile_pins_the_tensorrt_of_the_extra() -> None:
     assert f"ARG TENSORRT_PACKAGE={package}" in dockerfile
     assert f"ARG TENSORRT_VERSION={version}" in dockerfile
     assert re.search(r"FROM \S+ AS init", dockerfile) and re.search(r"FROM \S+ AS sidecar", dockerfile)
-    assert "USER 1000:1000" in dockerfile and "cmd/trtwarm-init cmd/trtwarm-sidecar" in dockerfile
+    assert dockerfile.count("ARG TRTWARM_UID=1000") == 2 and dockerfile.count("ARG TRTWARM_GID=1000") == 2  # chart's
+    assert dockerfile.count("USER ${TRTWARM_UID}:${TRTWARM_GID}") == 2
+    assert "cmd/trtwarm-init cmd/trtwarm-sidecar" in dockerfile
     for path in (ROOT / "cmd").iterdir():
         assert os.access(path, os.X_OK) and "from trtwarm.cli import main" in path.read_text()
     assert not (ROOT / "cmd" / "__init__.py").exists()
@@ -236,3 +238,25 @@ def test_chart_app_version_matches_the_package() -> None:
 def test_plain_manifests_meet_the_restricted_pod_security_standard(path: str) -> None:
     [obj] = [o for o in manifests(DEPLOY / path) if o["kind"] in ("Deployment", "Job")]
     assert restricted(obj["spec"]["template"]["spec"]) == []
+
+
+def test_the_prebuild_job_signs_with_a_key_from_its_secret_and_checks_the_policy() -> None:
+    [job] = [o for o in manifests(DEPLOY / "prebuild-job.yaml") if o["kind"] == "Job"]
+    spec = job["spec"]["template"]["spec"]
+    init, volumes = container(spec, "trtwarm-init"), {v["name"]: v for v in spec["volumes"]}
+    where = {m["mountPath"]: m for m in init["volumeMounts"]}
+
+    def source(path: str) -> dict:
+        """The volume (read-only mount) that *path* lies in."""
+        mount = where[str(Path(path).parent)]
+        assert mount.get("readOnly") is True
+        return volumes[mount["name"]]
+
+    assert source(flag(init, "signing-key"))["secret"]["secretName"] == "trtwarm-signing-key"
+    assert source(flag(init, "trust-policy"))["configMap"]["name"] == "trtwarm-trust-policy"
+    assert flag(init, "trust-mode") == "enforce" and "--read-only" not in init["args"]
+    # the names the chart's builder example and deploy/README.md use, so one Secret and one ConfigMap serve both
+    builder = yaml.safe_load((CHART / "ci/trust-builder-values.yaml").read_text())["trust"]
+    assert (builder["signingKey"]["existingSecret"], builder["existingConfigMap"]) == ("trtwarm-signing-key",
+                                                                                         "trtwarm-trust-policy")
+    assert "trtwarm-signing-key" in (DEPLOY / "README.md").read_text()

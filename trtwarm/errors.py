@@ -148,7 +148,33 @@ def exit_table() -> list[tuple[int, str, str]]:
     return sorted((code, cls.__name__, hint) for cls, (code, hint) in _EXITS.items())
 
 
+#: what each exit code means to the person reading it (``--help`` and the README's table print these)
+EXIT_MEANINGS: dict[int, str] = {
+    0: "ready (hit, built or waited); for other commands: done",
+    2: "usage or configuration (bad flag, shape, unknown builder, missing TensorRT, no GPU visible, sidecar --port "
+       "out of range or --bind not an address of this host)",
+    3: "model missing, unreadable, empty, not ONNX, or missing / truncated external data",
+    4: "build failed (the builder's output is in the log and the termination message)",
+    5: "lock wait timed out (the holder is named), --read-only found no engine in time, or another gc holds the volume",
+    6: "cache volume unusable: missing, not a trtwarm cache, not a directory, foreign layout version, or any OSError a "
+       "volume raises: ENOSPC, EROFS, EACCES, EIO... (also during a build, whatever words the builder used: a build "
+       "that fails with under 1 MiB free is a full volume)",
+    7: "trust policy enforce: the entry is unsigned or not signed by a key trusted for it, and this Pod cannot "
+       "replace it (--read-only, or no --signing-key)",
+    130: "stopped by SIGINT: a build in progress is stopped (its process group gets SIGTERM, then SIGKILL after "
+         "10 s), its staging directory removed, the termination message written",
+    143: "stopped by SIGTERM, likewise",
+    1: "a bug in trtwarm (one line; please report it), and trtwarm verify finding problems",
+}
+
+
+def exit_meanings() -> list[tuple[int, str]]:
+    """``(code, meaning)`` for every exit code, in the order people read them (0, 2..7, 130, 143, then 1)."""
+    return list(EXIT_MEANINGS.items())
+
+
 __all__ = [
+    "EXIT_MEANINGS",
     "EXIT_OK",
     "EXIT_UNEXPECTED",
     "BuildError",
@@ -163,6 +189,7 @@ __all__ = [
     "VOLUME_ERRNOS",
     "VolumeError",
     "exit_code_for",
+    "exit_meanings",
     "exit_table",
     "hint_for",
     "is_volume_errno",

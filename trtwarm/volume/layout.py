@@ -88,8 +88,15 @@ class Layout:
             return False
 
     def dir_mode(self) -> int:
-        """Mode for new directories: 0775 on a group-shared volume, else 0755."""
-        return 0o775 if self.group_shared() else 0o755
+        """Mode for new directories: 0775 on a group-shared volume, else 0755; plus the root's setgid bit, so the
+        volume's group (``fsGroup``'s) is inherited all the way down. Without it, the explicit chmod that defeats the
+        umask would clear the bit on the first level, and entries would get the builder's primary group instead:
+        another uid of the volume's group could then not move them (gc)."""
+        try:
+            root = self.root.stat().st_mode
+        except OSError:
+            return 0o755
+        return (0o775 | (root & stat.S_ISGID)) if root & stat.S_IWGRP else 0o755
 
     def file_mode(self) -> int:
         """Mode for new files: 0664 on a group-shared volume, else 0644."""

@@ -44,6 +44,11 @@ class Lease:
         """Whether the holder refreshed it within *ttl* seconds of *now*."""
         return now - self.heartbeat < ttl
 
+    @property
+    def expires(self) -> float:
+        """When it goes stale unless its holder refreshes it (epoch seconds)."""
+        return self.heartbeat + LEASE_TTL
+
 
 def holder_name(identity: Identity) -> str:
     """The lease file's stem for *identity*: ``<namespace>.<pod>`` in a Pod, else ``<host>.<pid>``."""
