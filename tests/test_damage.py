@@ -81,7 +81,7 @@ def test_ls_shows_truncation_at_once_and_corruption_after_verify(model: Path, ca
     engine.write_bytes(b"X" + engine.read_bytes()[1:])  # same size: only hashing finds it
     (cache / "entries" / truncated / "engine.plan").write_bytes(b"short")
 
-    ls = run_trtwarm("ls", "--cache-dir", str(cache))
+    ls = run_trtwarm("ls", "--cache-dir", str(cache), "--columns", "name,status")
     assert ls.returncode == 0, ls.stderr
     line = {row.split()[0]: row for row in ls.stdout.splitlines() if row.startswith("mlp")}
     assert "damaged: engine file is 5 bytes" in line[truncated] and "(truncated)" in line[truncated]
@@ -89,7 +89,7 @@ def test_ls_shows_truncation_at_once_and_corruption_after_verify(model: Path, ca
     assert "`trtwarm verify` re-hashes every file (never run here)" in ls.stdout
 
     assert run_trtwarm("verify", "--cache-dir", str(cache)).returncode == 1
-    ls = run_trtwarm("ls", "--cache-dir", str(cache))
+    ls = run_trtwarm("ls", "--cache-dir", str(cache), "--columns", "name,status")
     line = {row.split()[0]: row for row in ls.stdout.splitlines() if row.startswith("mlp")}
     assert "damaged: engine SHA-256 does not match the manifest (corrupt) (found by trtwarm verify)" in line[corrupt]
     assert line[good].rstrip().endswith("ok") and "re-hashes every file (last run " in ls.stdout

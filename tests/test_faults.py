@@ -319,7 +319,7 @@ FAULTS = [
                                                        "--workdir", str(c.tmp / "w")], 6, "not a directory"),
     Fault("demo: --workdir below a file", lambda c: ["demo", "--workdir", str(c.file() / "w")], 6, "--workdir"),
     Fault("selftest: unknown flag", lambda c: ["selftest", "--fast"], 2, "unrecognized"),
-    Fault("trtwarm: unknown command", lambda c: ["bogus"], 2, "invalid choice"),
+    Fault("trtwarm: unknown command", lambda c: ["bogus"], 2, "unknown command 'bogus'"),
     Fault("trtwarm: no command", lambda c: [], 2, "required"),
 ]
 
