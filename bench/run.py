@@ -11,7 +11,8 @@ README.md (``--quick``: smaller sizes, nothing written). Not timed tests: target
   build (see ``bench/storm.py``): builds, last ready after publish (target 0.5x the seed's median), torn reads.
 * crash takeover: SIGKILL of a builder with four waiters: until a waiter's build starts, vs a fresh init's start.
 * trust: a hit with the signature verified under ``--trust-mode enforce`` vs the same hit with trust off (target:
-  <= 5 ms added), and in one process what the check itself costs (``bench/trust.py``). ``--only trust`` runs just
+  <= 5 ms added), and in one process what the check costs after hashing, with and without init's background
+  import of the verifier (``bench/trust.py``). ``--only trust`` runs just
   this one and replaces its row in README.md.
 * key resolution of a 1 GiB model with the stat cache vs a full hash; ``ls``, ``ls --json``, ``stats``,
   ``gc --dry-run`` on 10,000 entries vs reading every manifest; ``/metrics`` p99 vs ``/healthz`` on one sidecar.

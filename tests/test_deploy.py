@@ -15,8 +15,9 @@ import pytest
 import yaml
 
 from conftest import env_for
-from k8s import ROOT, CHART, assert_wired, manifests, objects, pod_spec, render, validate
+from k8s import ROOT, CHART, assert_wired, container, flag, manifests, objects, pod_spec, render, validate
 from pss import restricted
+from trtwarm.volume.layout import Layout
 
 DEPLOY = ROOT / "deploy"
 NATIVE = range(29, 38)  # native sidecars
@@ -220,6 +221,7 @@ def test_the_sidecar_image_commands_need_no_onnx_numpy_or_tensorrt(tmp_path: Pat
     (tmp_path / "block").mkdir()
     (tmp_path / "block" / "sitecustomize.py").write_text(BLOCK_HEAVY)
     env = env_for({"PYTHONPATH": f"{tmp_path / 'block'}{os.pathsep}{ROOT}"})
+    Layout(tmp_path / "cache").ensure()  # an empty trtwarm cache (a missing one is exit 6)
     argv = [*args, "--cache-dir", str(tmp_path / "cache")] if args[0] != "sidecar" else args
     proc = subprocess.run([sys.executable, "-m", "trtwarm", *argv], capture_output=True, text=True, env=env,
                           check=False)
@@ -237,3 +239,25 @@ def test_chart_app_version_matches_the_package() -> None:
 def test_plain_manifests_meet_the_restricted_pod_security_standard(path: str) -> None:
     [obj] = [o for o in manifests(DEPLOY / path) if o["kind"] in ("Deployment", "Job")]
     assert restricted(obj["spec"]["template"]["spec"]) == []
+
+
+def test_the_prebuild_job_signs_with_a_key_from_its_secret_and_checks_the_policy() -> None:
+    [job] = [o for o in manifests(DEPLOY / "prebuild-job.yaml") if o["kind"] == "Job"]
+    spec = job["spec"]["template"]["spec"]
+    init, volumes = container(spec, "trtwarm-init"), {v["name"]: v for v in spec["volumes"]}
+    where = {m["mountPath"]: m for m in init["volumeMounts"]}
+
+    def source(path: str) -> dict:
+        """The volume (read-only mount) that *path* lies in."""
+        mount = where[str(Path(path).parent)]
+        assert mount.get("readOnly") is True
+        return volumes[mount["name"]]
+
+    assert source(flag(init, "signing-key"))["secret"]["secretName"] == "trtwarm-signing-key"
+    assert source(flag(init, "trust-policy"))["configMap"]["name"] == "trtwarm-trust-policy"
+    assert flag(init, "trust-mode") == "enforce" and "--read-only" not in init["args"]
+    # the names the chart's builder example and deploy/README.md use, so one Secret and one ConfigMap serve both
+    builder = yaml.safe_load((CHART / "ci/trust-builder-values.yaml").read_text())["trust"]
+    assert (builder["signingKey"]["existingSecret"], builder["existingConfigMap"]) == ("trtwarm-signing-key",
+                                                                                         "trtwarm-trust-policy")
+    assert "trtwarm-signing-key" in (DEPLOY / "README.md").read_text()

@@ -108,9 +108,9 @@ def test_explain_names_the_field_that_changed(model: Path, tmp_path: Path) -> No
     same = run_trtwarm(*base, "--builder-version", "trtexec-10.13.0.35")
     assert same.stdout.startswith("hit")
     newer = run_trtwarm(*base, "--builder-version", "trtexec-10.16.0.72")
-    assert "builder.version trtexec-10.13.0.35 → trtexec-10.16.0.72" in newer.stdout
+    assert '    builder.version\n      entry: "trtexec-10.13.0.35"\n      this:  "trtexec-10.16.0.72"' in newer.stdout
     fp16 = run_trtwarm(*base, "--builder-version", "trtexec-10.13.0.35", "--precision", "fp16")
-    assert "build.precision model → fp16" in fp16.stdout
+    assert '    build.precision\n      entry: "model"\n      this:  "fp16"' in fp16.stdout
 
 
 def test_explain_names_weights_shape_and_key_extra_changes(model: Path, tmp_path: Path) -> None:
@@ -120,13 +120,13 @@ def test_explain_names_weights_shape_and_key_extra_changes(model: Path, tmp_path
                        "calib=v1", "--handoff-dir", str(tmp_path / "h")).returncode == 0
     base = ["key", "--explain", *flags]
     shape = run_trtwarm(*base, "--model", str(model), "--shape", "input=1x16:4x16:32x16", "--key-extra", "calib=v1")
-    assert "build.shapes.input.opt [8, 16] → [4, 16]" in shape.stdout
+    assert "    build.shapes.input.opt\n      entry: [8, 16]\n      this:  [4, 16]" in shape.stdout
     extra = run_trtwarm(*base, "--model", str(model), "--shape", "input=1x16:8x16:32x16", "--key-extra", "calib=v2")
-    assert "build.extra.calib v1 → v2" in extra.stdout
+    assert '    build.extra.calib\n      entry: "v1"\n      this:  "v2"' in extra.stdout
     retrained = make_model(tmp_path / "other" / "mlp.onnx", seed=7)  # same name, new weights
     weights = run_trtwarm(*base, "--model", str(retrained), "--shape", "input=1x16:8x16:32x16", "--key-extra",
                           "calib=v1")
-    assert "model.sha256 " in weights.stdout and "model.bytes" not in weights.stdout
+    assert "    model.sha256\n" in weights.stdout and "model.bytes" not in weights.stdout
 
 
 def test_key_diff_names_a_gpu_change_on_recorded_identities() -> None:

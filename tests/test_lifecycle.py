@@ -90,7 +90,7 @@ def test_gc_keeps_entries_with_a_fresh_lease(model: Path, cache: Path, tmp_path:
     run = run_trtwarm("gc", "--cache-dir", str(cache), "--max-age", "1d", "--max-bytes", "0", "--yes")
     assert run.returncode == 0
     assert names(cache) == {live["name"]}
-    assert "keep " + live["name"] + ": in use by" in run.stdout
+    assert "keep " + live["name"] + ": in use: leased by" in run.stdout
 
 
 def test_dry_run_and_non_interactive_without_yes_change_nothing(three: list[dict], cache: Path) -> None:

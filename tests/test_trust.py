@@ -243,3 +243,14 @@ def test_a_rewritten_statement_under_the_old_signature_is_refused(model: Path, c
     refused = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h2", "--read-only", "--trust-policy",
                                          str(policy(tmp_path, "enforce", public))))
     assert refused.returncode == 7 and "the signature does not verify" in refused.stderr, refused.stderr
+
+
+def test_enforce_without_a_signing_key_waits_and_says_why(model: Path, cache: Path, tmp_path: Path) -> None:
+    _private, public = keypair(tmp_path, "ci")
+    waited = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h", "--trust-policy",
+                                        str(policy(tmp_path, "enforce", public)), "--lock-timeout", "1s"))
+    assert waited.returncode == 5, waited.stderr
+    assert "trust policy enforce, no --signing-key: waiting for a builder with a trusted signing key" in waited.stderr
+    assert "--read-only" not in waited.stderr  # this Pod was not started --read-only: the message says the real reason
+    assert "no signed engine for" in waited.stderr and "give this Pod --signing-key" in waited.stderr
+    assert entries(cache) == []  # it built nothing it would itself refuse

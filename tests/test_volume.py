@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conftest import debris, entries, ort_init_args, run_trtwarm
+from conftest import debris, entries, env_for, ort_init_args, run_trtwarm, trtwarm_argv, wait_until
 
 pytestmark = pytest.mark.mount
 
@@ -76,3 +77,34 @@ def test_a_setgid_group_shared_volume_keeps_its_group_all_the_way_down(model: Pa
     for path in (cache / "entries", entry, *entry.iterdir()):
         assert os.stat(path).st_gid == 2000, path
     assert os.stat(entry).st_mode & 0o7777 == 0o2775
+
+
+def test_a_hit_on_a_read_only_volume_says_it_takes_no_lease(model: Path, tmpfs: Path, tmp_path: Path) -> None:
+    cache = tmpfs / "cache"
+    assert run_trtwarm(*ort_init_args(model, cache, tmp_path / "h1")).returncode == 0
+    _mount("-o", "remount,ro", str(tmpfs))
+    hit = run_trtwarm(*ort_init_args(model, cache, tmp_path / "h2"))
+    assert hit.returncode == 0 and hit.summary["result"] == "hit"
+    assert "the cache volume is read-only here: no in-use lease on" in hit.stderr
+    log = tmp_path / "sidecar.log"
+    with open(log, "w") as err:
+        sidecar = subprocess.Popen(trtwarm_argv("sidecar", "--cache-dir", str(cache), "--handoff-dir",
+                                                str(tmp_path / "h2"), "--port", "0", "--bind", "127.0.0.1",
+                                                "--lease-interval", "0.05s"), env=env_for(), stderr=err)
+    try:
+        wait_until(lambda: "holds no in-use lease" in log.read_text(), what="the sidecar's read-only line")
+    finally:
+        sidecar.send_signal(signal.SIGTERM)
+        sidecar.wait(timeout=10)
+    text = log.read_text()
+    assert text.count("holds no in-use lease") == 1 and "lease None" not in text
+
+
+def test_a_read_only_triton_repo_is_named_not_the_handoff_dir(model: Path, tmpfs: Path, tmp_path: Path) -> None:
+    (tmpfs / "triton").mkdir()
+    _mount("-o", "remount,ro", str(tmpfs))
+    run = run_trtwarm(*ort_init_args(model, tmp_path / "cache", tmp_path / "h", "--triton-repo",
+                                     str(tmpfs / "triton"), "--triton-model", "mlp"))
+    assert run.returncode == 6, run.stderr
+    assert f"cannot lay out the Triton model repository {tmpfs / 'triton'}" in run.stderr
+    assert "hint: mount a writable emptyDir at --triton-repo" in run.stderr and "hand-off" not in run.stderr

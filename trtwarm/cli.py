@@ -11,25 +11,43 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
 from pathlib import Path
 
 from trtwarm import __version__
 from trtwarm import log as logsetup
-from trtwarm.config import DEFAULT_CACHE_DIR, DEFAULT_HANDOFF_DIR, Settings, env_defaults
-from trtwarm.errors import BuildError, TrtwarmError, exit_code_for, exit_table, hint_for
+from trtwarm.config import DEFAULT_CACHE_DIR, DEFAULT_HANDOFF_DIR, Settings, env_defaults, termination_log_path
+from trtwarm.errors import (
+    BuildError,
+    ConfigError,
+    Interrupted,
+    Terminated,
+    TrtwarmError,
+    exit_code_for,
+    hint_for,
+    is_volume_errno,
+    volume_error,
+)
+from trtwarm.helptext import annotate_env, exit_codes_epilog, unknown_command
 
 log = logging.getLogger("trtwarm")
-LIFECYCLE = ("ls", "stats", "verify", "gc", "rm")
+LIFECYCLE = ("ls", "show", "stats", "verify", "gc", "rm")
 SIGNING = ("keys", "sign")
+COMMANDS = ("init", "key", "warm", "sidecar", *LIFECYCLE, *SIGNING, "remote", "prebuild", "selftest", "demo",
+            "completion")
 
 
-def _exit_codes_epilog() -> str:
-    return "exit codes:\n  0  ready\n" + "".join(f"  {c}  {name}\n" for c, name, _ in exit_table()) + \
-        "  1  anything unexpected\n"
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is a :class:`ConfigError` (exit 2, with a ``hint:`` line and, for ``init``, the
+    termination message), like every other bad input. Subcommand parsers inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(f"{self.prog}: {message}", hint=f"`{self.prog} --help` lists the flags")
 
 
 def add_init_flags(p: argparse.ArgumentParser) -> None:
-    """The flags shared by ``init``, ``key`` and ``key --explain``."""
+    """The flags that make the key (``key`` takes them and :func:`add_run_flags`, so ``key --explain`` accepts a
+    Pod's whole init command line)."""
     p.add_argument("--model", help="the ONNX file (external-data files beside it)")
     p.add_argument("--cache-dir", default=str(DEFAULT_CACHE_DIR), help="the shared cache volume (%(default)s)")
     p.add_argument("--builder", default="tensorrt", help="tensorrt (default), onnxruntime or command")
@@ -40,10 +58,12 @@ def add_init_flags(p: argparse.ArgumentParser) -> None:
                    help="TensorRT: one optimization profile (its inputs separated by ';'); repeat for several")
     p.add_argument("--workspace", help="TensorRT workspace pool limit, e.g. 4G")
     p.add_argument("--opt-level", type=int, help="TensorRT builder optimization level 0-5")
-    p.add_argument("--hardware-compat", default="none", choices=["none", "ampere+", "same-cc"])
+    p.add_argument("--hardware-compat", default="none", choices=["none", "ampere+", "same-cc"],
+                   help="TensorRT hardware compatibility: an engine for this GPU only (%(default)s), any Ampere or "
+                   "newer GPU, or any GPU of this compute capability")
     p.add_argument("--version-compatible", action="store_true", help="build a version-compatible engine")
     p.add_argument("--exclude-lean-runtime", action="store_true", help="with --version-compatible")
-    p.add_argument("--tf32", default="on", choices=["on", "off"], help="allow TF32 (TensorRT)")
+    p.add_argument("--tf32", default="on", choices=["on", "off"], help="allow TF32 (TensorRT) (%(default)s)")
     p.add_argument("--plugin", action="append", default=[], metavar="PATH", help="plugin library; repeatable")
     p.add_argument("--calibration-cache", metavar="FILE", help="TensorRT 10 INT8: replay this calibration cache")
     p.add_argument("--strip-weights", action="store_true", help="TensorRT: a weight-stripped engine, refitted from "
@@ -54,63 +74,22 @@ def add_init_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--key-extra", action="append", default=[], metavar="K=V", help="extra key field; repeatable")
     p.add_argument("--build-command", help="command builder template with {model} {output} {workdir}")
     p.add_argument("--builder-version", help="command builder: the tool's exact version (part of the key)")
-    p.add_argument("--ort-provider", default="cpu", help="onnxruntime builder: cpu, cuda or tensorrt")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"], help="command builder's device")
+    p.add_argument("--ort-provider", default="cpu", help="onnxruntime builder: cpu, cuda or tensorrt (%(default)s)")
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"], help="command builder's device "
+                   "(%(default)s: the GPU if NVML sees one)")
     p.add_argument("--tensorrt-version", metavar="VERSION[+cuN]", help="tensorrt builder: declare the exact "
                    "TensorRT version (e.g. 10.16.1.11+cu12) instead of importing TensorRT (pull-only consumers)")
-    p.add_argument("--log-format", default="text", choices=["text", "json"])
+    p.add_argument("--log-format", default="text", choices=["text", "json"],
+                   help="log lines on stderr as text or one JSON object each (%(default)s)")
 
 
-def _parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The parser; with *only*, just that subcommand's options are defined (a hit should not pay for the rest)."""
-    parser = argparse.ArgumentParser(prog="trtwarm", description="Build TensorRT engines once, reuse them everywhere.",
-                                     epilog=_exit_codes_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"trtwarm {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    init = sub.add_parser("init", help="init-container entrypoint: hit, wait or build once", epilog=_exit_codes_epilog(),
-                          formatter_class=argparse.RawDescriptionHelpFormatter)
-    if only in (None, "init"):
-        _init_only_flags(init)
-    init.set_defaults(func=cmd_init)
-    key = sub.add_parser("key", help="print the key document and key without building")
-    if only in (None, "key"):
-        add_init_flags(key)
-        key.add_argument("--json", action="store_true")
-        key.add_argument("--explain", action="store_true", help="on a miss, list the key fields that differ from "
-                         "the entries of the same model on the volume")
-    key.set_defaults(func=cmd_key, handoff_dir=str(DEFAULT_HANDOFF_DIR), lock_timeout="1h", lock_mode="auto",
-                     progress_interval="10s", read_only=False, verify="digest", events_timeout="2s")
-    if only in (None, "sidecar"):
-        from trtwarm.sidecar.server import add_parser
-
-        add_parser(sub, str(DEFAULT_CACHE_DIR), str(DEFAULT_HANDOFF_DIR))
-    if only is None or only in LIFECYCLE:
-        from trtwarm.lifecycle.commands import add_parsers
-
-        add_parsers(sub, str(DEFAULT_CACHE_DIR))
-    if only is None or only in SIGNING:
-        from trtwarm.lifecycle.signing import add_parsers as add_signing
-
-        add_signing(sub, str(DEFAULT_CACHE_DIR))
-    if only in (None, "remote", "prebuild"):
-        from trtwarm.remote_cli import add_parsers as add_remote_parsers
-
-        add_remote_parsers(sub)
-    selftest = sub.add_parser("selftest", help="on a GPU node: identity, versions, build, load and run a tiny engine")
-    selftest.add_argument("--workdir", help="keep the model, cache and engines here (default: a temporary directory)")
-    selftest.set_defaults(func=cmd_selftest)
-    demo = sub.add_parser("demo", help="generate a model and run init twice with the onnxruntime builder")
-    demo.add_argument("--cache-dir", help="cache to use (default: a fresh temporary directory)")
-    demo.add_argument("--workdir", help="where the model and hand-off dirs go (default: a temporary directory)")
-    demo.set_defaults(func=cmd_demo)
-    return parser
-
-
-def _init_only_flags(init: argparse.ArgumentParser) -> None:
-    add_init_flags(init)
+def add_run_flags(init: argparse.ArgumentParser) -> None:
+    """The flags of ``init`` that do not change the key: hand-off, locking, verification, Triton."""
     init.add_argument("--handoff-dir", default=str(DEFAULT_HANDOFF_DIR), help="engine.json + engine link (%(default)s)")
     init.add_argument("--lock-timeout", default="1h", help="longest wait for another builder (%(default)s)")
-    init.add_argument("--lock-mode", default="auto", choices=["auto", "flock", "lease"])
+    init.add_argument("--lock-mode", default="auto", choices=["auto", "flock", "lease"],
+                      help="how the build lock is held: flock, a heartbeat lease file (for filesystems without "
+                      "working locks), or auto: chosen from the mount (%(default)s)")
     init.add_argument("--progress-interval", default="10s", help="seconds between progress lines (%(default)s)")
     init.add_argument("--read-only", action="store_true", help="never build; wait for another builder's entry")
     init.add_argument("--events-timeout", default="2s", help="longest wait at exit for Kubernetes Events to be sent "
@@ -137,6 +116,83 @@ def add_trust_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trust-policy", help="JSON file: trusted signing keys and their scopes (see README, Trust)")
     p.add_argument("--trust-mode", choices=["enforce", "warn", "off"],
                    help="override the policy's mode (default: the policy's, else off)")
+
+
+def _sub(sub: Any, name: str, help_text: str, func: Any) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, help=help_text, epilog=exit_codes_epilog(),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.set_defaults(func=func)
+    return p
+
+
+def _key_flags(key: argparse.ArgumentParser) -> None:
+    key.add_argument("--json", action="store_true", help="machine-readable output")
+    key.add_argument("--explain", action="store_true", help="on a miss, list the key fields that differ from the "
+                     "nearest entries of the same model on the volume")
+
+
+def _warm_flags(warm: argparse.ArgumentParser) -> None:
+    warm.add_argument("--list", dest="models_list", metavar="FILE", help="the models: a JSON (or, with PyYAML, YAML) "
+                      "list of objects whose keys are init flags, e.g. [{\"model\": \"a.onnx\"}]")
+    warm.add_argument("--json", action="store_true", help="print the summary as JSON")
+    warm.set_defaults(handoff_dir=None)  # a temporary directory, unless given
+    for action in warm._actions:  # argparse has no public lookup by dest
+        if action.dest == "handoff_dir":
+            action.help = "each model's engine.json goes to DIR/<n>-<model>/ (default: a temporary directory)"
+
+
+def _parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with *only*, just that subcommand's options are defined (a hit should not pay for the rest)."""
+    parser = _Parser(prog="trtwarm", description="Build TensorRT engines once, reuse them everywhere.\n\n"
+                                     "Every long option is also an environment variable TRTWARM_<OPTION> (upper "
+                                     "case, - becomes _);\na flag on the command line wins. Completion: "
+                                     "source <(trtwarm completion bash)",
+                                     epilog=exit_codes_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"trtwarm {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    init = _sub(sub, "init", "init-container entrypoint: hit, wait or build once", cmd_init)
+    key = _sub(sub, "key", "print the key document and key without building; --explain: why did my Pod rebuild?",
+               cmd_key)
+    warm = _sub(sub, "warm", "pre-warm several engines in one call: init for each model of a JSON/YAML list",
+                cmd_warm)
+    for p, name in ((init, "init"), (key, "key"), (warm, "warm")):
+        if only in (None, name):
+            add_init_flags(p)
+            add_run_flags(p)
+    if only in (None, "key"):
+        _key_flags(key)
+    if only in (None, "warm"):
+        _warm_flags(warm)
+    if only in (None, "sidecar"):
+        from trtwarm.sidecar.server import add_parser
+
+        add_parser(sub, str(DEFAULT_CACHE_DIR), str(DEFAULT_HANDOFF_DIR))
+    if only is None or only in LIFECYCLE:
+        from trtwarm.lifecycle.commands import add_parsers
+        from trtwarm.lifecycle.show import add_parser as add_show
+
+        add_parsers(sub, str(DEFAULT_CACHE_DIR))
+        add_show(sub, str(DEFAULT_CACHE_DIR))
+    if only is None or only in SIGNING:
+        from trtwarm.lifecycle.signing import add_parsers as add_signing
+
+        add_signing(sub, str(DEFAULT_CACHE_DIR))
+    if only in (None, "remote", "prebuild"):
+        from trtwarm.remote_cli import add_parsers as add_remote_parsers
+
+        add_remote_parsers(sub)
+    selftest = _sub(sub, "selftest", "on a GPU node: identity, versions, build, load and run a tiny engine",
+                    cmd_selftest)
+    selftest.add_argument("--workdir", help="keep the model, cache and engines here (default: a temporary directory)")
+    demo = _sub(sub, "demo", "generate a model and run init twice with the onnxruntime builder", cmd_demo)
+    demo.add_argument("--cache-dir", help="cache to use (default: a fresh temporary directory)")
+    demo.add_argument("--workdir", help="where the model and hand-off dirs go (default: a temporary directory, "
+                      "removed at the end)")
+    completion = _sub(sub, "completion", "print a shell completion script: source <(trtwarm completion bash)",
+                      cmd_completion)
+    completion.add_argument("shell", choices=["bash", "zsh"])
+    annotate_env(parser)
+    return parser
 
 
 def _apply_env(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
@@ -170,23 +226,64 @@ def cmd_init(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     return 0
 
 
+def _stop_on_signals() -> None:
+    """Turn the first SIGTERM or SIGINT into :class:`Terminated` / :class:`Interrupted`, raised in the main thread:
+    the code unwinding it stops a build's process group, removes the staging directory and releases the locks, and
+    :func:`main` writes the termination message and exits 143 / 130. A second signal during that cleanup is only
+    logged, so the cleanup itself is not cut short (the kubelet's SIGKILL after the grace period still is)."""
+    import signal
+
+    stopping: list[int] = []
+
+    def handler(signum: int, _frame: object) -> None:
+        if stopping:
+            log.warning("%s again: still stopping", signal.Signals(signum).name)
+            return
+        stopping.append(signum)
+        name = signal.Signals(signum).name
+        log.warning("%s received: stopping (a build in progress is stopped and its staging directory removed)",
+                    name)
+        raise (Terminated if signum == signal.SIGTERM else Interrupted)(f"init stopped by {name}")
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handler)
+
+
 def cmd_key(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    """``trtwarm key``."""
+    """``trtwarm key`` and ``trtwarm key --explain``."""
     from trtwarm.warm import resolve
 
     plan = resolve(Settings.from_namespace(ns, environ))
     if ns.explain:
         from trtwarm.key import model_part
-        from trtwarm.lifecycle.explain import explain
+        from trtwarm.lifecycle.explain import explain, render
 
-        lines = explain(plan.store, plan.doc, plan.key, model_part(plan.name))
-        print("\n".join(lines))
+        report = explain(plan.store, plan.doc, plan.key, plan.name, model_part(plan.name))
+        print(json.dumps(report, indent=2, sort_keys=True) if ns.json else render(report))
         return 0
     if ns.json:
         print(json.dumps({"key": plan.key, "name": plan.name, "document": plan.doc}, indent=2, sort_keys=True))
     else:
         print(json.dumps(plan.doc, indent=2, sort_keys=True))
         print(f"key  {plan.key}\nname {plan.name}")
+    return 0
+
+
+def cmd_warm(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """``trtwarm warm --list FILE``: init for each model of the list, one progress line each, then a summary."""
+    from trtwarm.batch import run
+
+    if not ns.models_list:
+        raise ConfigError("trtwarm warm needs --list FILE", hint="e.g. trtwarm warm --list models.json --cache-dir "
+                          "/models/cache; `trtwarm warm --help` shows the file's format")
+    return run(Path(ns.models_list), ns, environ, lambda: _parser("warm"))
+
+
+def cmd_completion(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """``trtwarm completion bash|zsh``: the script, generated from this parser."""
+    from trtwarm import completion
+
+    print(getattr(completion, ns.shell)(_parser()), end="")
     return 0
 
 
@@ -204,12 +301,18 @@ def cmd_demo(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     return run(Path(ns.cache_dir) if ns.cache_dir else None, Path(ns.workdir) if ns.workdir else None)
 
 
-def _report_failure(ns: argparse.Namespace | None, exc: TrtwarmError) -> None:
+def _report_failure(ns: argparse.Namespace | None, exc: TrtwarmError, environ: Mapping[str, str],
+                    command: str | None = None) -> None:
+    """Log the error and its hint; for ``init`` (also when its flags did not parse) also the JSON summary on stdout,
+    the termination message and a failure record in ``engine.json``."""
     log.error("%s", exc.message)
     hint = hint_for(exc)
+    command = getattr(ns, "command", None) or command
+    if isinstance(exc, ConfigError) and not exc.hint and command not in (None, "init"):
+        hint = f"check the flags and TRTWARM_* environment variables; `trtwarm {command} --help` lists them"
     if hint:
         log.error("hint: %s", hint)
-    if getattr(ns, "command", None) != "init":
+    if command != "init":
         return
     doc = {"result": "error", "exit_code": exit_code_for(exc), "error": exc.message, "hint": hint}
     if isinstance(exc, BuildError) and exc.log_tail:
@@ -217,8 +320,7 @@ def _report_failure(ns: argparse.Namespace | None, exc: TrtwarmError) -> None:
     from trtwarm import handoff
 
     settings = getattr(ns, "settings", None)
-    if settings is not None:
-        handoff.termination_message(settings.termination_log, doc)
+    handoff.termination_message(settings.termination_log if settings else termination_log_path(environ), doc)
     if getattr(ns, "handoff_dir", None):
         handoff.write_failure(Path(ns.handoff_dir).absolute(), {k: v for k, v in doc.items() if k != "log_tail"})
     print(json.dumps({k: v for k, v in doc.items() if k != "log_tail"}, separators=(",", ":")), flush=True)
@@ -229,26 +331,37 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     environ = os.environ if environ is None else environ
     ns: argparse.Namespace | None = None
     logsetup.setup(environ.get("TRTWARM_LOG_FORMAT", "text"))
+    args = list(sys.argv[1:] if argv is None else argv)
+    command = args[0] if args and args[0] in COMMANDS else None
+    if command == "init":  # as early as possible: a Pod deleted while its init starts still gets the message
+        _stop_on_signals()
     try:
-        args = list(sys.argv[1:] if argv is None else argv)
-        parser = _parser(args[0] if args and not args[0].startswith("-") else None)
+        if args and not args[0].startswith("-") and args[0] not in COMMANDS:
+            raise unknown_command(args[0], COMMANDS)
+        parser = _parser(command)  # None (unknown): every command, for the error message
         _apply_env(parser, environ)
         ns = parser.parse_args(args)
         logsetup.setup(getattr(ns, "log_format", "text"))
         return int(ns.func(ns, environ))
     except TrtwarmError as exc:
-        _report_failure(ns, exc)
+        _report_failure(ns, exc, environ, command)
         return exit_code_for(exc)
-    except KeyboardInterrupt:
-        log.error("interrupted")
-        return 130
+    except KeyboardInterrupt:  # SIGINT outside init (init turns it into Interrupted itself)
+        _report_failure(ns, Interrupted("interrupted (SIGINT)"), environ, command)
+        return exit_code_for(Interrupted(""))
     except BrokenPipeError:  # `trtwarm ls | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as exc:  # the last resort: one line, the traceback only at debug level
-        log.error("unexpected error: %s: %s (please report this)", type(exc).__name__, exc)
-        log.debug("traceback", exc_info=True)
-        return 1
+        if is_volume_errno(exc):  # a volume fault no layer translated: still exit 6 with its hint, never exit 1
+            error = volume_error(exc, "use")
+            log.debug("untranslated volume error", exc_info=True)
+        else:
+            error = TrtwarmError(f"unexpected error: {type(exc).__name__}: {exc}", hint="this is a bug in trtwarm: "
+                                 "please report it with the log above")
+            log.debug("traceback", exc_info=True)
+        _report_failure(ns, error, environ, command)
+        return exit_code_for(error)
 
 
-__all__ = ["add_init_flags", "add_trust_flags", "main"]
+__all__ = ["COMMANDS", "add_init_flags", "add_run_flags", "add_trust_flags", "main"]

@@ -65,11 +65,22 @@ class ShapeSpec:
         return {"min": list(self.min), "opt": list(self.opt), "max": list(self.max)}
 
 
+#: the largest dimension accepted: TensorRT and ONNX Runtime index tensors with signed 32-bit sizes per dimension
+MAX_DIM = 2**31 - 1
+
+
 def _dims(text: str, spec: str) -> tuple[int, ...]:
     if not re.fullmatch(r"\d+(x\d+)*", text):
         raise ConfigError(f"malformed shape {spec!r}: {text!r} is not dims like 1x3x224x224",
                           hint="use --shape NAME=MIN:OPT:MAX, each like 1x3x224x224 (or NAME=DIMS for a fixed shape)")
-    return tuple(int(d) for d in text.split("x"))
+    dims = tuple(int(d) for d in text.split("x"))
+    if 0 in dims:
+        raise ConfigError(f"shape {spec!r}: a dimension is 0; an engine for empty tensors is of no use",
+                          hint="every dimension must be at least 1, e.g. a batch range 1:8:32")
+    if max(dims) > MAX_DIM:
+        raise ConfigError(f"shape {spec!r}: dimension {max(dims)} is larger than {MAX_DIM}",
+                          hint="a typo? each dimension must fit in 32 bits")
+    return dims
 
 
 def parse_shape(spec: str) -> ShapeSpec:
@@ -91,10 +102,18 @@ def parse_shape(spec: str) -> ShapeSpec:
 
 def _shape_set(specs: list[str], flag: str) -> tuple[ShapeSpec, ...]:
     """Parse the shapes of one profile; an input may appear once."""
+    if flag == "--shape" and any(";" in s for s in specs):
+        raise ConfigError(f"--shape takes one input; {next(s for s in specs if ';' in s)!r} holds several "
+                          "separated by ';'", hint="repeat --shape for several inputs (--shape a=... --shape b=...); "
+                          "for several optimization profiles of one input, use --profile 'NAME=MIN:OPT:MAX' once per "
+                          "profile (TensorRT)")
     shapes = tuple(parse_shape(s.strip()) for s in specs)
     names = [s.name for s in shapes]
     if len(set(names)) != len(names):
-        raise ConfigError(f"{flag} names the same input twice: {sorted(names)}")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise ConfigError(f"{flag} names input {', '.join(map(repr, twice))} more than once",
+                          hint="give each input once per profile; for a range, use NAME=MIN:OPT:MAX; for several "
+                          "profiles (TensorRT), repeat --profile")
     return shapes
 
 
@@ -216,7 +235,7 @@ class Settings:
             triton_repo=Path(triton_repo).absolute() if triton_repo else None, triton_model=triton_model,
             remote=getattr(ns, "remote", None) or None, remote_push=getattr(ns, "remote_push", "best-effort"),
             tensorrt_version=getattr(ns, "tensorrt_version", None) or None,
-            termination_log=Path(environ.get("TRTWARM_TERMINATION_LOG", "/dev/termination-log")),
+            termination_log=termination_log_path(environ),
             trust_policy=_path_or_none(getattr(ns, "trust_policy", None)),
             trust_mode=getattr(ns, "trust_mode", None) or None,
             signing_key=_path_or_none(getattr(ns, "signing_key", None)),
@@ -226,6 +245,11 @@ class Settings:
 
 def _path_or_none(value: str | None) -> Path | None:
     return Path(value).absolute() if value else None
+
+
+def termination_log_path(environ: Mapping[str, str]) -> Path:
+    """Where the Kubernetes termination message goes: ``TRTWARM_TERMINATION_LOG``, else ``/dev/termination-log``."""
+    return Path(environ.get("TRTWARM_TERMINATION_LOG", "/dev/termination-log"))
 
 
 def env_name(flag: str) -> str:
@@ -238,6 +262,7 @@ def env_defaults(parser: argparse.ArgumentParser, environ: Mapping[str, str]) ->
 
     Repeatable options take a comma- or whitespace-separated list; switches take a boolean value.
     """
+    hint = f"unset it, or fix it: `{parser.prog} --help` lists the flags and their variables"
     for action in parser._actions:  # argparse has no public iterator over actions
         flags = [o for o in action.option_strings if o.startswith("--")]
         if not flags or flags[0] in ("--help",):
@@ -246,16 +271,19 @@ def env_defaults(parser: argparse.ArgumentParser, environ: Mapping[str, str]) ->
         if value is None:
             continue
         if isinstance(action, argparse._StoreTrueAction):
-            action.default = parse_bool(value, env_name(flags[0]))
+            try:
+                action.default = parse_bool(value, env_name(flags[0]))
+            except ConfigError as exc:
+                raise ConfigError(exc.message, hint=hint) from None
         elif isinstance(action, argparse._AppendAction):
             action.default = [v for v in re.split(r"[,\s]+", value) if v]
         elif action.type is int:
             try:
                 action.default = int(value)
             except ValueError:
-                raise ConfigError(f"{env_name(flags[0])}={value!r} is not an integer") from None
+                raise ConfigError(f"{env_name(flags[0])}={value!r} is not an integer", hint=hint) from None
         elif action.choices and value not in action.choices:
-            raise ConfigError(f"{env_name(flags[0])}={value!r}: choose from {', '.join(action.choices)}")
+            raise ConfigError(f"{env_name(flags[0])}={value!r}: choose from {', '.join(action.choices)}", hint=hint)
         else:
             action.default = value
 

@@ -7,6 +7,10 @@ configuration mistake from a broken model, a failed build, a lock timeout or an 
 
 from __future__ import annotations
 
+import errno
+import os
+from typing import TypeGuard
+
 
 class TrtwarmError(Exception):
     """Base class: a failure with a message for the user and an optional, more specific hint."""
@@ -60,6 +64,14 @@ class RemoteUnreachable(RemoteError):
     """The object store's endpoint did not answer (DNS, connection refused, timeouts) after retries."""
 
 
+class Interrupted(TrtwarmError):
+    """SIGINT stopped the command (a build in progress was stopped and its staging directory removed)."""
+
+
+class Terminated(Interrupted):
+    """SIGTERM stopped the command (Kubernetes deleting the Pod, or a node drain)."""
+
+
 class EntryInvalid(Exception):
     """A cache entry failed verification; internal, it never reaches the user (the entry is quarantined)."""
 
@@ -83,6 +95,31 @@ _EXITS: dict[type[TrtwarmError], tuple[int, str]] = {
                           "prefix"),
     RemoteBucketError: (12, "create the bucket, or fix the bucket name in --remote s3://BUCKET/PREFIX"),
     RemoteUnreachable: (13, "check AWS_ENDPOINT_URL, DNS and network policies from this Pod to the object store"),
+    Interrupted: (130, "interrupted (SIGINT); run the command again: nothing half-built was kept"),
+    Terminated: (143, "terminated (SIGTERM), e.g. the Pod was deleted; the next start builds or waits again"),
+}
+
+_WRITABLE = ("run as a user allowed to read and write the volume (the Pod's fsGroup / runAsUser) and check the "
+             "directories' modes")
+_FULL = "free space with `trtwarm gc --max-bytes ...` (see `trtwarm stats`) or grow the volume"
+#: errno -> (what it means on a cache volume, what to do). Every one is exit 6 (:class:`VolumeError`): the volume,
+#: not trtwarm, is at fault, and the hint says what to fix. Anything else stays exit 1 (a bug: please report it).
+VOLUME_ERRNOS: dict[int, tuple[str, str]] = {
+    errno.ENOSPC: ("the volume is full", _FULL),
+    errno.EDQUOT: ("the volume's quota is exhausted", _FULL),
+    errno.EROFS: ("the volume is mounted read-only", "mount it read-write where engines are built or removed (init, "
+                  "gc, rm, verify --fix)"),
+    errno.EACCES: ("permission denied", _WRITABLE),
+    errno.EPERM: ("operation not permitted", _WRITABLE),
+    errno.EIO: ("an I/O error: the disk or the network storage failed", "check the node's kernel log (dmesg) and "
+                "the storage backend; then run `trtwarm verify` to find damaged entries"),
+    errno.ENOTDIR: ("a path component is not a directory", "point --cache-dir at a directory on the shared volume; "
+                    "remove the file that stands where a directory should be"),
+    errno.ELOOP: ("a symbolic link loop on the path", "fix or remove the symlink that points (indirectly) to itself"),
+    errno.ESTALE: ("a stale file handle: the network volume changed under its mount", "remount the volume (restart "
+                   "the Pod) and check the NFS server"),
+    errno.ENAMETOOLONG: ("a file name is too long for this filesystem", "use a shorter --cache-dir or --name"),
+    errno.ENOLCK: ("the filesystem has no lock manager", "pass --lock-mode lease (see Locking in the README)"),
 }
 
 EXIT_OK = 0
@@ -107,27 +144,85 @@ def hint_for(error: TrtwarmError) -> str:
     return ""
 
 
+def volume_error(exc: OSError, doing: str, path: os.PathLike[str] | str | None = None, *,
+                 hint: str | None = None) -> VolumeError:
+    """Translate an :class:`OSError` raised by a volume into the :class:`VolumeError` of :data:`VOLUME_ERRNOS`.
+
+    :param doing: what failed, as a verb phrase (``"remove entries from"``); the message reads ``cannot <doing>
+        <path>: <meaning> (<strerror>)``. :param path: defaults to the file the error names. :param hint: replaces
+        the table's hint where the caller knows better (e.g. ``--read-only`` for a build on a read-only volume).
+    """
+    where = path if path is not None else (exc.filename or "the cache volume")
+    meaning, default_hint = VOLUME_ERRNOS.get(exc.errno or 0, (exc.strerror or str(exc), None))
+    detail = f" ({exc.strerror})" if exc.strerror and exc.strerror.lower() not in meaning.lower() else ""
+    return VolumeError(f"cannot {doing} {where}: {meaning}{detail}", hint=hint or default_hint)
+
+
+def is_volume_errno(exc: BaseException) -> TypeGuard[OSError]:
+    """Whether *exc* is an :class:`OSError` a volume can raise (see :data:`VOLUME_ERRNOS`), not a bug."""
+    return isinstance(exc, OSError) and exc.errno in VOLUME_ERRNOS
+
+
 def exit_table() -> list[tuple[int, str, str]]:
     """Return ``(code, error class, default hint)`` rows, for ``--help`` and the README."""
     return sorted((code, cls.__name__, hint) for cls, (code, hint) in _EXITS.items())
 
 
+#: what each exit code means to the person reading it (``--help`` and the README's table print these)
+EXIT_MEANINGS: dict[int, str] = {
+    0: "ready (hit, built or waited); for other commands: done",
+    2: "usage or configuration (bad flag, shape, unknown builder, missing TensorRT, no GPU visible, sidecar --port "
+       "out of range or --bind not an address of this host)",
+    3: "model missing, unreadable, empty, not ONNX, or missing / truncated external data",
+    4: "build failed (the builder's output is in the log and the termination message)",
+    5: "lock wait timed out (the holder is named), --read-only found no engine in time, or another gc holds the volume",
+    6: "cache volume unusable: missing, not a trtwarm cache, not a directory, foreign layout version, or any OSError a "
+       "volume raises: ENOSPC, EROFS, EACCES, EIO... (also during a build, whatever words the builder used: a build "
+       "that fails with under 1 MiB free is a full volume)",
+    7: "trust policy enforce: the entry is unsigned or not signed by a key trusted for it, and this Pod cannot "
+       "replace it (--read-only, or no --signing-key)",
+    10: "the remote repository failed: a server error after retries, a refused blob with nothing to fall back "
+        "on (--read-only), a ref that is not a trtwarm ref",
+    11: "the object store refused the credentials (wrong key or secret, expired token) or the operation (a "
+        "read-only identity pushing with --remote-push required)",
+    12: "the bucket of --remote does not exist",
+    13: "the object store's endpoint did not answer after retries (with --read-only; a builder builds "
+        "instead)",
+    130: "stopped by SIGINT: a build in progress is stopped (its process group gets SIGTERM, then SIGKILL after "
+         "10 s), its staging directory removed, the termination message written",
+    143: "stopped by SIGTERM, likewise",
+    1: "a bug in trtwarm (one line; please report it), and trtwarm verify finding problems",
+}
+
+
+def exit_meanings() -> list[tuple[int, str]]:
+    """``(code, meaning)`` for every exit code, in the order people read them (0, 2..7, 130, 143, then 1)."""
+    return list(EXIT_MEANINGS.items())
+
+
 __all__ = [
+    "EXIT_MEANINGS",
     "EXIT_OK",
     "EXIT_UNEXPECTED",
     "BuildError",
     "ConfigError",
     "EntryInvalid",
+    "Interrupted",
     "LockTimeoutError",
     "RemoteAuthError",
     "RemoteBucketError",
     "RemoteError",
     "RemoteUnreachable",
     "ModelError",
+    "Terminated",
     "TrtwarmError",
     "TrustError",
+    "VOLUME_ERRNOS",
     "VolumeError",
     "exit_code_for",
+    "exit_meanings",
     "exit_table",
     "hint_for",
+    "is_volume_errno",
+    "volume_error",
 ]

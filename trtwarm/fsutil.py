@@ -129,6 +129,15 @@ def read_json_object(path: Path, limit: int) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+def volume_full(path: Path, margin: int = 1 << 20) -> bool:
+    """Whether the filesystem holding *path* has less than *margin* bytes left for this user (``statvfs``)."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < margin
+
+
 def pid_alive(pid: int) -> bool:
     """Return whether a process with *pid* runs on this host (a zombie, killed but not yet reaped, does not)."""
     try:
@@ -158,4 +167,5 @@ __all__ = [
     "read_bounded",
     "read_json_object",
     "sha256_file",
+    "volume_full",
 ]

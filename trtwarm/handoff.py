@@ -19,6 +19,7 @@ from trtwarm.fsutil import atomic_symlink, atomic_write, atomic_write_json, read
 
 log = logging.getLogger("trtwarm.handoff")
 REPORT = "engine.json"
+PREVIOUS = "engine.prev.json"
 LINK = "engine"
 TERMINATION_LIMIT = 4096
 
@@ -83,6 +84,7 @@ def triton_repo(repo: Path, model: str, engine: Path, builder: str) -> Path:
 
 def write_failure(handoff_dir: Path, doc: dict[str, Any]) -> None:
     """Record a failed init in ``engine.json`` (``ready: false``), so the sidecar reports the error; best effort."""
+    clear(handoff_dir)  # an init that failed before it started (a bad flag) has not set the previous report aside
     try:
         handoff_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_json(handoff_dir / REPORT, {**doc, "ready": False, "trtwarm_version": __version__})
@@ -96,14 +98,23 @@ def read(handoff_dir: Path) -> dict[str, Any] | None:
 
 
 def clear(handoff_dir: Path) -> None:
-    """Remove a previous run's report and link, so nothing stale is served after a failed re-run."""
-    for name in (REPORT, LINK):
-        try:
-            os.unlink(handoff_dir / name)
-        except FileNotFoundError:
-            continue
-        except OSError as exc:  # a read-only hand-off dir is reported when writing
-            log.debug("cannot remove %s: %s", handoff_dir / name, exc)
+    """Set a previous run's hand-off aside, so nothing stale is served after a failed re-run, and nothing is lost.
+
+    ``engine.json`` is renamed to ``engine.prev.json`` (a rename needs no free space, so even a full hand-off
+    volume keeps the last report for inspection) and the ``engine`` link is removed.
+    """
+    try:
+        os.replace(handoff_dir / REPORT, handoff_dir / PREVIOUS)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:  # a read-only hand-off dir is reported when writing
+        log.debug("cannot set %s aside: %s", handoff_dir / REPORT, exc)
+    try:
+        os.unlink(handoff_dir / LINK)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.debug("cannot remove %s: %s", handoff_dir / LINK, exc)
 
 
 def _fit(doc: dict[str, Any]) -> str:
@@ -127,5 +138,5 @@ def termination_message(path: Path, doc: dict[str, Any]) -> None:
         log.debug("cannot write termination message: %s", exc)
 
 
-__all__ = ["LINK", "REPORT", "WarmReport", "clear", "read", "termination_message", "triton_repo", "write",
+__all__ = ["LINK", "PREVIOUS", "REPORT", "WarmReport", "clear", "read", "termination_message", "triton_repo", "write",
            "write_failure"]

@@ -54,24 +54,27 @@ def sanitize(text: str, limit: int = _NAME_PART_MAX) -> str:
     return clean or "x"
 
 
-def _shapes_label(build: Mapping[str, Any]) -> str:
+def _shapes_label(build: Mapping[str, Any], unshaped: bool = False) -> str:
     profiles = build.get("profiles") or []
     shapes = build.get("shapes") or (profiles[0] if profiles else {})
     if not shapes:
-        return "static"
+        return "unshaped" if unshaped else "static"
     label = "+".join(f"{n}-{'x'.join(map(str, s['opt']))}" for n, s in sorted(shapes.items()))
     return label + (f"-{len(profiles)}profiles" if len(profiles) > 1 else "")
 
 
-def entry_name(doc: Mapping[str, Any], key: str, model_name: str) -> str:
+def entry_name(doc: Mapping[str, Any], key: str, model_name: str, unshaped: bool = False) -> str:
     """Return ``<model>_<device>_<runtime>_<precision>_<shapes>--<key16>``, sanitised to ``[a-z0-9._-]``.
+
+    ``<shapes>`` is ``static`` for a model without dynamic inputs and no ``--shape``; ``unshaped`` (*unshaped*) when
+    the model has a dynamic input that no ``--shape`` fixes, so the name does not claim a static engine.
 
     ``_`` only separates the parts (inside a part it becomes ``-``), so tools can split a name back into them.
     """
     builder = doc["builder"]
     runtime = f"{builder['name']}{builder.get('version', '')}"
     parts = (model_name, short_name(doc["device"]), runtime, str(doc["build"].get("precision", "")),
-             _shapes_label(doc["build"]))
+             _shapes_label(doc["build"], unshaped))
     return "_".join(sanitize(p).replace("_", "-") for p in parts) + "--" + key[:16]
 
 

@@ -185,8 +185,15 @@ def validate_shapes(facts: ModelFacts, shapes: tuple[ShapeSpec, ...]) -> None:
                                   f"{_fmt(info.dims)}")
 
 
+def unshaped_dynamic_inputs(facts: ModelFacts, shapes: tuple[ShapeSpec, ...]) -> list[str]:
+    """Inputs with a symbolic dimension that no ``--shape``/``--profile`` covers, as ``'name' [?x16]``."""
+    given = {s.name for s in shapes}
+    return [f"{i.name!r} [{_fmt(i.dims)}]" for i in facts.inputs if None in i.dims and i.name not in given]
+
+
 def _fmt(dims: tuple[int | None, ...]) -> str:
     return "x".join("?" if d is None else str(d) for d in dims)
 
 
-__all__ = ["InputInfo", "ModelFacts", "ModelFile", "check_model_path", "inspect_uncached", "validate_shapes"]
+__all__ = ["InputInfo", "ModelFacts", "ModelFile", "check_model_path", "inspect_uncached", "unshaped_dynamic_inputs",
+           "validate_shapes"]

@@ -19,6 +19,7 @@ Idempotent: a restarted init finds the entry it published and is a fast hit.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import threading
@@ -32,10 +33,11 @@ from trtwarm.builders.base import Builder, get_builder
 from trtwarm.config import Settings
 from trtwarm.errors import BuildError, EntryInvalid, LockTimeoutError, VolumeError
 from trtwarm.events import EventRecorder
-from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS
+from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS, volume_full
 from trtwarm.handoff import WarmReport
 from trtwarm.key import entry_name, key_document, key_of, model_fields
-from trtwarm.model import ModelFacts, check_model_path
+from trtwarm.model import ModelFacts, check_model_path, unshaped_dynamic_inputs
+from trtwarm.trust import keys
 from trtwarm.trust.policy import Gate
 from trtwarm.volume import leases
 from trtwarm.volume.files import SCHEMA, list_built
@@ -99,7 +101,11 @@ def resolve(settings: Settings) -> Plan:
     facts, _memo = inspect_model(settings.model, layout.statcache if layout.statcache.is_dir() else None)
     doc = key_document(model_fields(facts), identity, builder.device(), builder.build_fields(facts))
     key = key_of(doc)
-    name = entry_name(doc, key, settings.name or settings.model.stem)
+    unshaped = unshaped_dynamic_inputs(facts, settings.shapes or (settings.profiles[0] if settings.profiles else ()))
+    if unshaped:
+        log.warning("dynamic input %s has no --shape: the builder chooses the shapes the engine accepts; give "
+                    "--shape NAME=MIN:OPT:MAX for the shapes the server sends", ", ".join(unshaped))
+    name = entry_name(doc, key, settings.name or settings.model.stem, unshaped=bool(unshaped))
     gate = Gate.create(settings.trust_policy, settings.trust_mode, settings.signing_key, settings.read_only)
     gate.require_signer_trusted(name, key)
     stamps = StampBook(settings.stamp_dir, settings.stamp_max_age) if settings.verify == "stamp" and \
@@ -164,7 +170,13 @@ def _build_into(plan: Plan, staging: Any) -> tuple[dict[str, Any], dict[str, Any
     """Build, load-check, list and hash every file: return the manifest and its signature (None: no key)."""
     start = time.monotonic()
     with ticker("building %s", plan.label, every=plan.settings.progress_interval, detail=plan.builder.progress):
-        engine = plan.builder.build(plan.settings.model, plan.facts, staging)
+        try:
+            engine = plan.builder.build(plan.settings.model, plan.facts, staging)
+        except BuildError as exc:  # builders word a full disk their own way (ORT: "Protobuf serialization failed")
+            if not volume_full(staging):
+                raise
+            log.error("the build failed on a full cache volume: %s", exc.message)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(staging)) from exc
     plan.seconds["build"] = time.monotonic() - start
     log.info("built %s in %.1f s; checking that it loads", plan.label, plan.seconds["build"])
     try:
@@ -274,7 +286,22 @@ def _build_locked(plan: Plan, mode: str) -> None:
         build_and_publish(plan)
 
 
+def _wait_reason(plan: Plan) -> tuple[str, str, str]:
+    """Why this Pod waits instead of building: (log prefix, what it waits for, what to do when it waited too long)."""
+    if plan.settings.read_only:
+        return ("--read-only", "another builder to publish",
+                "build it elsewhere first (a Pod without --read-only, or CI), or raise --lock-timeout")
+    return ("trust policy enforce, no --signing-key",
+            "a builder with a trusted signing key to publish a signed entry of",
+            "this Pod would refuse what it built itself, so it only waits: run a builder with a signing key the "
+            "policy trusts (e.g. the prebuild Job, deploy/README.md), give this Pod --signing-key "
+            "(TRTWARM_SIGNING_KEY), or raise --lock-timeout")
+
+
 def _wait_read_only(plan: Plan) -> tuple[Entry | None, str]:
+    """Wait for a verified (and, under a policy, trusted) entry without building. :raises LockTimeoutError:"""
+    why, what, hint = _wait_reason(plan)
+    log.info("%s: waiting for %s %s (up to %.0f s)", why, what, plan.label, plan.settings.lock_timeout)
     start = last = time.monotonic()
     if plan.remote is not None and (found := _single_flight(plan))[1] != "absent":
         return found
@@ -287,17 +314,13 @@ def _wait_read_only(plan: Plan) -> tuple[Entry | None, str]:
             last = time.monotonic()
             if plan.remote is not None and (found := _single_flight(plan))[1] != "absent":
                 return found
-            log.info("--read-only: waiting for another builder to publish %s (%.0f s)", plan.label, elapsed)
-    raise LockTimeoutError(f"--read-only: no engine for {plan.label} appeared within {plan.settings.lock_timeout:.0f} "
-                           "s", hint="build it elsewhere first (a Pod without --read-only, or CI), or raise "
-                           "--lock-timeout")
+            log.info("%s: waiting for %s %s (%.0f s)", why, what, plan.label, elapsed)
+    raise LockTimeoutError(f"{why}: no {'signed ' if not plan.settings.read_only else ''}engine for {plan.label} "
+                           f"appeared within {plan.settings.lock_timeout:.0f} s", hint=hint)
 
 
 def _build_or_wait(plan: Plan) -> tuple[Entry | None, str]:
     if plan.settings.read_only or plan.gate.consumer_only:
-        if not plan.settings.read_only:
-            log.info("trust policy enforce and no --signing-key: this Pod only uses signed entries; waiting for a "
-                     "signing builder like --read-only")
         return _wait_read_only(plan)
     try:
         return _single_flight(plan)
@@ -321,10 +344,21 @@ def _obtain(plan: Plan) -> tuple[Entry, str]:
                       hint="a cleanup that ignores trtwarm's leases is running on this volume; stop it")
 
 
+def _take_lease(plan: Plan) -> None:
+    """Lease the key before the lookup: a gc that planned without seeing the lease undoes its removal."""
+    if not plan.layout.leases.is_dir():
+        return  # a fresh volume: nothing there to protect yet (a build creates the directory)
+    if leases.take(plan.layout, plan.key, plan.name, plan.settings.identity) is None:
+        log.warning("the cache volume is read-only here: no in-use lease on %s, so a gc run on a writable mount of "
+                    "this volume cannot see that this Pod uses it", plan.label)
+
+
 def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
     """Run ``trtwarm init``: return the report after writing the hand-off. :raises TrtwarmError: see errors."""
     start = time.monotonic()
     remote = _remote(settings, events)
+    if settings.trust_policy is not None and settings.trust_mode != "off":
+        keys.preload()  # the verifier's import overlaps with the key and the hashing (README, Benchmarks)
     handoff.clear(settings.handoff_dir)
     if not settings.read_only and not Layout(settings.cache_dir).statcache.is_dir():
         with contextlib.suppress(VolumeError):  # surfaces again, with its reason, if a build turns out to be needed
@@ -335,11 +369,13 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
     if remote is not None:
         remote.verify_ref = plan.gate.check_ref  # the trust policy, on a ref before its download
     log.info("key %s for %s", plan.key[:16], plan.name)
-    if plan.layout.leases.is_dir():  # before the lookup: a gc that planned without seeing it undoes its removal
-        leases.take(plan.layout, plan.key, plan.name, settings.identity)
+    _take_lease(plan)
     entry, result = _obtain(plan)
     if plan.stamps is not None and result != "built":
         log.info("verified %s: %s", plan.label, plan.stamps.summary())
+    if entry.name != plan.name:  # found by its key under another --name: report the entry that is on the volume
+        log.info("%s is on the volume as %s (built with another --name)", plan.label, entry.name)
+        plan.name = entry.name
     plan.store.touch_use(plan.key)
     plan.seconds["total"] = time.monotonic() - start
     if result == "built":
@@ -366,11 +402,15 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
 def _hand_off(settings: Settings, report: WarmReport, entry: Entry, builder: str) -> None:
     try:
         handoff.write(settings.handoff_dir, report)
-        if settings.triton_repo and settings.triton_model:
-            handoff.triton_repo(settings.triton_repo, settings.triton_model, entry.engine, builder)
     except OSError as exc:
         raise VolumeError(f"cannot write the hand-off to {settings.handoff_dir}: {exc.strerror}",
                           hint="mount a writable emptyDir at --handoff-dir, shared with the inference container") from exc
+    if settings.triton_repo and settings.triton_model:
+        try:
+            handoff.triton_repo(settings.triton_repo, settings.triton_model, entry.engine, builder)
+        except OSError as exc:
+            raise VolumeError(f"cannot lay out the Triton model repository {settings.triton_repo}: {exc.strerror}",
+                              hint="mount a writable emptyDir at --triton-repo, shared with Triton") from exc
 
 
 # --- remote repository hook (trtwarm.remote; issue 12): pull under the key's lock before a build, push after ---

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import collections
 import logging
+import os
 import shlex
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,9 @@ from trtwarm.model import ModelFacts
 
 log = logging.getLogger("trtwarm.build")
 _TAIL_LINES = 40
+#: after SIGTERM to the build's process group, how long its processes get before SIGKILL (well inside Kubernetes'
+#: default 30 s termination grace period, which also covers the init's own cleanup)
+STOP_GRACE_SECONDS = 10.0
 
 
 class CommandBuilder(Builder):
@@ -68,24 +74,61 @@ class CommandBuilder(Builder):
 
     def _run(self, argv: list[str], cwd: Path) -> str:
         tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
-        try:
+        try:  # its own process group (session), so stopping the build reaches every process it started
             import subprocess  # only a build runs a command
 
             proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, text=True, errors="replace")
+                                    stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
         except OSError as exc:
             raise BuildError(f"cannot run build command {argv[0]!r}: {exc.strerror}",
                              hint="check that the tool is installed in this image and on PATH") from exc
         assert proc.stdout is not None
         with proc:
-            for line in proc.stdout:
-                line = line.rstrip("\n")
-                tail.append(line)
-                log.info("[build] %s", line)
+            try:
+                for line in proc.stdout:
+                    line = line.rstrip("\n")
+                    tail.append(line)
+                    log.info("[build] %s", line)
+            except BaseException:  # SIGTERM/SIGINT (see cli), or anything else: never leave the build running
+                stop_group(proc.pid)
+                raise
         text = "\n".join(tail)
         if proc.returncode != 0:
             raise BuildError(f"build command exited with status {proc.returncode}", log_tail=text)
         return text
 
 
-__all__ = ["CommandBuilder"]
+def _group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of process group *pgid*, from ``/proc``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # exited meanwhile
+        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            found.append(int(pid))
+    return found
+
+
+def stop_group(pgid: int, grace: float = STOP_GRACE_SECONDS) -> None:
+    """SIGTERM the process group *pgid*; SIGKILL what is left of it after *grace* seconds. Logs what it did."""
+    log.warning("stopping the build command's process group %d (SIGTERM, SIGKILL after %.0f s)", pgid, grace)
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace
+    while _group_members(pgid):
+        if time.monotonic() > deadline:
+            log.warning("build processes %s ignored SIGTERM for %.0f s; killing them", _group_members(pgid), grace)
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            return
+        time.sleep(0.05)
+
+
+__all__ = ["STOP_GRACE_SECONDS", "CommandBuilder", "stop_group"]

@@ -13,17 +13,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from trtwarm.errors import LockTimeoutError, volume_error
 from trtwarm.lifecycle import gc as gclib
-from trtwarm.lifecycle.inventory import EntryInfo, Inventory, scan
+from trtwarm.lifecycle.inventory import Inventory, scan
 from trtwarm.lifecycle.tables import human_age, human_bytes, render, utc
 from trtwarm.volume.layout import Layout
 
-_SORTS = {"used": lambda e: -(e.last_used or 0.0), "size": lambda e: -e.bytes, "name": lambda e: e.name}
+_SORTS: dict[str, Any] = {"used": lambda r: -(r["last_used_ts"] or r["created_ts"] or 0.0),
+                          "size": lambda r: -(r["bytes"] or 0), "name": lambda r: r["name"] or ""}
 
 
 def _inventory(ns: argparse.Namespace, manifests: bool = False) -> Inventory:
     layout = Layout(Path(ns.cache_dir))
-    layout.check()
+    layout.require()  # a missing or foreign dir is exit 6, not "0 entries": an unmounted volume must not look empty
     return scan(layout, manifests=manifests)
 
 
@@ -36,34 +38,30 @@ def _print_json(doc: Any) -> None:
 
 
 def cmd_ls(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    """``trtwarm ls``: entries with their use, plus builds in progress and quarantined entries."""
-    inv = _inventory(ns, manifests=ns.json)
-    rows = sorted(inv.entries, key=_SORTS[ns.sort])
+    """``trtwarm ls``: entries with their use, plus builds in progress and (``--all``) quarantined entries."""
+    from trtwarm.lifecycle import listing
+    from trtwarm.lifecycle.filters import Filters
+    from trtwarm.lifecycle.verify import apply_record
+
+    filters = Filters.from_namespace(ns)
+    columns, fitted = listing.parse_columns(ns.columns)
+    inv = _inventory(ns, manifests=True)  # manifest and size checks, no hashing: damage shows as `damaged: why`
+    verified = apply_record(inv.layout, inv.entries)  # plus what the last `trtwarm verify` found by hashing
+    rows = filters.apply(listing.records(inv, ns.all or filters.wants_quarantined))
+    rows.sort(key=lambda r: (r["status"] == "quarantined", _SORTS[ns.sort](r)))
     if ns.json:
-        _print_json([e.as_json() for e in rows] if not ns.all else {
-            "entries": [e.as_json() for e in rows], "quarantined": [e.as_json() for e in inv.quarantined],
-            "building": [{"key": o.lock_id, "name": o.record.get("label"), "owner": o.record} for o in inv.building]})
+        _print_json(rows)
         return 0
-    table = [_ls_row(inv, e) for e in rows]
-    table += [[o.record.get("label") or "?", o.lock_id[:16], "-", "-", "-", "-", "-", "-", "-", "-", "building"]
-              for o in inv.building if o.lock_id not in {e.key for e in inv.entries}]
-    if ns.all:
-        table += [[e.name, "-", "-", "-", "-", "-", human_bytes(e.bytes), utc(e.last_used), "-", "-", "quarantined"]
-                  for e in inv.quarantined]
-    print(render(["NAME", "KEY", "BUILDER", "DEVICE", "PRECISION", "SHAPES", "SIZE", "CREATED", "LAST USED", "PODS",
-                  "STATUS"], table, right=("SIZE", "PODS")))
-    total = sum(e.bytes for e in inv.entries)
-    print(f"\n{len(inv.entries)} entries, {human_bytes(total)}; {sum(e.in_use for e in inv.entries)} in use; "
-          f"{len(inv.building)} building; {len(inv.quarantined)} quarantined")
+    print(listing.table(rows, columns, inv.now, listing.WIDTH if fitted else None))
+    shown = [r for r in rows if r["status"] in ("ok", "damaged")]
+    print(f"\n{len(shown)} {'entry' if len(shown) == 1 else 'entries'}, {human_bytes(sum(r['bytes'] for r in shown))}; "
+          f"{sum(bool(r['pods']) for r in shown)} in use; {sum(r['status'] == 'building' for r in rows)} building; "
+          f"{len(inv.quarantined)} quarantined"
+          + ("" if filters == Filters() else f" (filtered; {len(inv.entries)} entries on the volume)"))
+    when = verified.get("finished") if verified else None
+    last = f"last run {human_age(inv.now - when)} ago" if isinstance(when, (int, float)) else "never run here"
+    print(f"status checks manifests and sizes only; `trtwarm verify` re-hashes every file ({last})")
     return 0
-
-
-def _ls_row(inv: Inventory, e: EntryInfo) -> list[object]:
-    d = e.describe()
-    status = e.status if e.status == "ok" else f"{e.status}: {e.problem}"
-    ago = inv.now - e.last_used if e.last_used else None
-    return [e.name, (e.key or "")[:16], d["builder"], d["device"], d["precision"], d["shapes"], human_bytes(e.bytes),
-            utc(e.created), f"{human_age(ago)} ago", len(e.leases), status]
 
 
 def stats(inv: Inventory) -> dict[str, Any]:
@@ -83,8 +81,11 @@ def stats(inv: Inventory) -> dict[str, Any]:
 
 
 def cmd_stats(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    """``trtwarm stats``: a ``ccache -s`` style summary."""
+    """``trtwarm stats``: a ``ccache -s`` style summary (damage: what a scan sees, plus the last verification's)."""
+    from trtwarm.lifecycle.verify import apply_record
+
     inv = _inventory(ns)
+    apply_record(inv.layout, inv.entries)
     s = stats(inv)
     if ns.json:
         _print_json(s)
@@ -106,7 +107,7 @@ def cmd_stats(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 def cmd_verify(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm verify``: exit 0 when clean (or all fixed), 1 when problems remain."""
-    from trtwarm.lifecycle.verify import fix, inspect
+    from trtwarm.lifecycle.verify import fix, inspect, record
     from trtwarm.volume.store import EngineStore
 
     gate = None
@@ -118,6 +119,8 @@ def cmd_verify(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     checked, problems = inspect(inv, gate)
     fixed = fix(EngineStore(inv.layout), problems) if ns.fix and not ns.dry_run else []
     remaining = [p for p in problems if p not in fixed and p.fix != "warn"]
+    if not ns.dry_run:
+        record(inv.layout, checked, remaining)  # what `trtwarm ls` shows until the next verification
     if ns.json:
         _print_json({"checked": checked, "problems": [p.as_json() for p in problems],
                      "fixed": [p.as_json() for p in fixed], "remaining": len(remaining)})
@@ -132,9 +135,12 @@ def cmd_verify(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 
 def _confirm(ns: argparse.Namespace, question: str) -> bool:
+    """Whether to execute: never on a dry run (whatever else is given), then ``--yes``, then a terminal's answer."""
+    if ns.dry_run:
+        return False
     if ns.yes:
         return True
-    if ns.dry_run or not sys.stdin.isatty():
+    if not sys.stdin.isatty():
         return False
     return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
 
@@ -157,8 +163,13 @@ def _carry_out(ns: argparse.Namespace, inv: Inventory, plan: gclib.Plan, what: s
     go = bool(plan.actions) and _confirm(ns, f"{what} {len(plan.actions)} items, {human_bytes(plan.bytes)}?")
     done: list[gclib.Action] = []
     if go:
-        with gclib.VolumeGcLock(inv.layout, ns.lock_mode):
-            done = gclib.execute(inv.layout, plan, respect_leases=not getattr(ns, "force", False))
+        try:
+            with gclib.VolumeGcLock(inv.layout, ns.lock_mode):
+                done = gclib.execute(inv.layout, plan, respect_leases=not getattr(ns, "force", False))
+        except LockTimeoutError:  # another gc: a TimeoutError, hence an OSError, but exit 5
+            raise
+        except OSError as exc:  # read-only, unwritable, full (.trash), I/O error: nothing half-removed is visible
+            raise volume_error(exc, f"{what} entries in", inv.layout.root) from exc
     if ns.json:
         _print_json({"plan": [a.as_json() for a in plan.actions], "deferred": plan.deferred,
                      "kept": [{"name": i.name, "why": w} for i, w in plan.protected], "executed": go,
@@ -173,6 +184,10 @@ def _carry_out(ns: argparse.Namespace, inv: Inventory, plan: gclib.Plan, what: s
 def cmd_gc(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm gc``: plan by age, byte budget and count per model; execute only when confirmed."""
     policy = gclib.Policy.parse(ns.max_age, ns.max_bytes, ns.keep_per_model, ns.quarantine_grace, ns.max_remove)
+    if None is policy.max_age is policy.max_bytes is policy.keep_per_model and not ns.json:
+        print("no policy given (--max-age, --max-bytes, --keep-per-model): only quarantined entries older than "
+              f"--quarantine-grace ({ns.quarantine_grace}) and staging directories of dead builders are planned\n"
+              "hint: e.g. trtwarm gc --max-age 30d --max-bytes 100G --dry-run")
     inv = _inventory(ns)
     return _carry_out(ns, inv, gclib.plan(inv, policy), "remove")
 
@@ -186,7 +201,11 @@ def cmd_rm(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     if unmatched:
         raise ConfigError(f"no entry matches {', '.join(unmatched)}", hint="`trtwarm ls` lists names and keys; "
                           "a key prefix needs at least 8 hex digits")
-    return _carry_out(ns, inv, plan, "remove")
+    code = _carry_out(ns, inv, plan, "remove")
+    if plan.protected and not ns.json:
+        print("hint: an entry in use is kept; pass --force to remove it anyway (its Pods keep the engine they have "
+              "open, but a restart rebuilds it)")
+    return code
 
 
 def add_parsers(sub: Any, cache_default: str) -> None:
@@ -201,6 +220,11 @@ def add_parsers(sub: Any, cache_default: str) -> None:
     ls = parser("ls", cmd_ls, "list the entries: use, size, Pods using them, status")
     ls.add_argument("--sort", default="used", choices=sorted(_SORTS), help="order (%(default)s: recent first)")
     ls.add_argument("--all", action="store_true", help="also list quarantined entries")
+    ls.add_argument("--columns", help="comma-separated columns, or all (default: a table that fits 120 characters: "
+                    "key,model,builder,device,precision,shapes,size,used,pods,status; also name,created,path)")
+    from trtwarm.lifecycle.filters import add_flags
+
+    add_flags(ls)
     parser("stats", cmd_stats, "summary of the volume")
     verify = parser("verify", cmd_verify, "re-hash every entry; find corrupt, truncated and orphaned files")
     verify.add_argument("--fix", action="store_true", help="quarantine bad entries, remove stale staging")
@@ -213,8 +237,9 @@ def add_parsers(sub: Any, cache_default: str) -> None:
     gc.add_argument("--keep-per-model", type=int, help="keep only the N most recently used entries per model")
     gc.add_argument("--quarantine-grace", default="7d", help="keep quarantined entries this long (%(default)s)")
     gc.add_argument("--max-remove", type=int, default=gclib.MAX_REMOVE, help="bound per pass (%(default)s)")
-    rm = parser("rm", cmd_rm, "remove entries by key, key prefix or name")
-    rm.add_argument("selectors", nargs="+", metavar="KEY|NAME")
+    rm = parser("rm", cmd_rm, "remove entries by key, key prefix, entry name or model name")
+    rm.add_argument("selectors", nargs="+", metavar="KEY|NAME", help="a key, a key prefix (8+ hex digits, any case), "
+                    "an entry name with or without its --key16 suffix, or a model name (all its entries)")
     rm.add_argument("--force", action="store_true", help="also remove entries a live Pod holds a lease on")
     for p in (gc, rm):
         p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")

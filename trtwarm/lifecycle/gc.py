@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm.errors import LockTimeoutError
+from trtwarm.lifecycle.filters import select
 from trtwarm.lifecycle.inventory import EntryInfo, Inventory
 from trtwarm.volume import leases as leaselib
 from trtwarm.volume.layout import Layout
@@ -52,7 +53,11 @@ class Policy:
               quarantine_grace: str, max_remove: int = MAX_REMOVE) -> Policy:
         """From the flags' text (``30d``, ``100G``). :raises ConfigError: a malformed size or duration."""
         from trtwarm.config import parse_duration, parse_size
+        from trtwarm.errors import ConfigError
 
+        for flag, value in (("--keep-per-model", keep_per_model), ("--max-remove", max_remove)):
+            if value is not None and value < 0:  # a negative count would select every entry (or slice oddly)
+                raise ConfigError(f"{flag} {value} is negative", hint=f"give {flag} a count of 0 or more")
         return cls(max_age=parse_duration(max_age) if max_age else None,
                    max_bytes=parse_size(max_bytes) if max_bytes else None, keep_per_model=keep_per_model,
                    quarantine_grace=parse_duration(quarantine_grace), max_remove=max_remove)
@@ -94,9 +99,12 @@ def _action(info: EntryInfo, reason: str) -> Action:
     return Action(info.path, info.name, info.key, reason, info.bytes, info.last_used)
 
 
-def _protection(info: EntryInfo) -> str | None:
+def _protection(info: EntryInfo, now: float) -> str | None:
     if info.in_use:
-        return "in use by " + ", ".join(lease.holder for lease in info.leases)
+        expires = max(lease.expires for lease in info.leases)
+        return (f"in use: leased by {', '.join(lease.holder for lease in info.leases)} (a lease lasts "
+                f"{leaselib.LEASE_TTL / 60:.0f} min after its last heartbeat; expires in "
+                f"{max(0.0, expires - now):.0f} s unless refreshed)")
     if info.building:
         return "a build of this key is in progress"
     return None
@@ -109,7 +117,7 @@ def plan(inv: Inventory, policy: Policy) -> Plan:
     by_lru = sorted(inv.entries, key=lambda e: (e.last_used or 0.0, e.name))
 
     def drop(info: EntryInfo, reason: str) -> None:
-        why = _protection(info)
+        why = _protection(info, inv.now)
         if why:
             protected.append((info, why))
         elif info.path not in chosen:
@@ -155,18 +163,18 @@ def _unique(items: list[tuple[EntryInfo, str]]) -> list[tuple[EntryInfo, str]]:
 
 
 def plan_remove(inv: Inventory, selectors: Iterable[str], force: bool = False) -> tuple[Plan, list[str]]:
-    """Plan ``trtwarm rm``: entries matching a full key, a key prefix (8+ hex digits) or a name.
+    """Plan ``trtwarm rm``: entries matching a full key, a key prefix (8+ hex digits), a name (with or without its
+    ``--<key16>`` suffix) or a model name, case-insensitively (see :mod:`trtwarm.lifecycle.filters`).
 
     :return: the plan and the selectors that matched nothing
     """
     actions, protected, unmatched = [], [], []
     for sel in selectors:
-        hits = [e for e in inv.entries if sel in (e.name, e.key) or (
-            len(sel) >= 8 and ((e.key or "").startswith(sel) or e.name.endswith("--" + sel[:16])))]
+        hits = select(inv.entries, sel)
         if not hits:
             unmatched.append(sel)
         for info in hits:
-            why = None if force else _protection(info)
+            why = None if force else _protection(info, inv.now)
             if why:
                 protected.append((info, why))
             elif all(a.path != info.path for a in actions):

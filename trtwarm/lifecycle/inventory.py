@@ -12,6 +12,7 @@ import re
 import stat
 import time
 from calendar import timegm
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ class EntryInfo:
     created: float | None = None
     leases: list[leaselib.Lease] = field(default_factory=list)  # fresh ones only
     building: bool = False
+    broken: bool = False  # not an entry directory at all: a file, a symlink, or unreadable
 
     @property
     def in_use(self) -> bool:
@@ -135,7 +137,10 @@ class Inventory:
 
 
 def _files(path: str) -> dict[str, os.stat_result]:
-    """``lstat`` of each item in the directory *path*, by name (one ``scandir``)."""
+    """``lstat`` of each item in the directory *path*, by name (one ``scandir``); missing is empty.
+
+    :raises OSError: unreadable (never counted as empty: gc must not take unreadable ``.uses/`` for "never used")
+    """
     try:
         with os.scandir(path) as it:
             return {e.name: e.stat(follow_symlinks=False) for e in it}
@@ -154,17 +159,23 @@ def _mtimes(path: Path) -> dict[str, float]:
     return {name: st.st_mtime for name, st in _files(str(path)).items()}
 
 
-def _subdirs(path: Path) -> list[os.DirEntry[str]]:
+def _subdirs(path: Path, only_dirs: bool = True) -> list[os.DirEntry[str]]:
     try:
         with os.scandir(path) as it:
-            return sorted((e for e in it if e.is_dir(follow_symlinks=False)), key=lambda e: e.name)
+            return sorted((e for e in it if not only_dirs or e.is_dir(follow_symlinks=False)), key=lambda e: e.name)
     except FileNotFoundError:
         return []
 
 
 def _entry(item: os.DirEntry[str], ctx: _Context) -> EntryInfo:
-    path, files = Path(item.path), _files(item.path)
-    info = EntryInfo(item.name, path, "ok", dir_bytes(item.path, files))
+    path = Path(item.path)
+    try:
+        files = _files(item.path) if item.is_dir(follow_symlinks=False) else None
+        info = EntryInfo(item.name, path, "ok", dir_bytes(item.path, files) if files is not None else 0)
+    except OSError as exc:  # one unreadable entry is that entry's problem; the scan goes on with the rest
+        return _broken(item, ctx, f"its directory is unreadable ({exc.strerror})")
+    if files is None:
+        return _broken(item, ctx, "a symbolic link, not a directory" if item.is_symlink() else "not a directory")
     if ctx.manifests:
         _read(info, files)
     elif "manifest.json" not in files:
@@ -174,12 +185,27 @@ def _entry(item: os.DirEntry[str], ctx: _Context) -> EntryInfo:
     created = info.manifest.get("created")
     sealed = files.get("manifest.json")  # written last, just before the publishing rename
     info.created = created if isinstance(created, (int, float)) else (sealed.st_mtime if sealed else None)
+    _use(info, ctx, lambda: item.stat(follow_symlinks=False).st_mtime)
+    return info
+
+
+def _broken(item: os.DirEntry[str], ctx: _Context, why: str) -> EntryInfo:
+    """An item under ``entries/`` that cannot be an entry (a file, a symlink, an unreadable directory)."""
+    st = item.stat(follow_symlinks=False)
+    info = EntryInfo(item.name, Path(item.path), "damaged", st.st_size if stat.S_ISREG(st.st_mode) else 0,
+                     problem=why, broken=True)
+    info.key = ctx.full_keys.get(item.name.rpartition("--")[2])
+    _use(info, ctx, lambda: st.st_mtime)
+    return info
+
+
+def _use(info: EntryInfo, ctx: _Context, fallback: Callable[[], float]) -> None:
+    """Last use (marker, leases), leases and build state of *info*, from the volume-wide directories."""
     marker = ctx.uses.get(info.key or "") or info.created
     info.leases = ctx.fresh.get(info.key or "", [])
     used = [t for t in (marker, *(lease.heartbeat for lease in info.leases)) if t]
-    info.last_used = max(used) if used else item.stat(follow_symlinks=False).st_mtime
+    info.last_used = max(used) if used else fallback()  # the directory's mtime, only when nothing else says
     info.building = (info.key or "") in ctx.building
-    return info
 
 
 def _read(info: EntryInfo, files: dict[str, os.stat_result]) -> None:
@@ -242,7 +268,7 @@ def scan(layout: Layout, now: float | None = None, *, manifests: bool = True) ->
     uses = _mtimes(layout.uses)
     full = {k[:16]: k for k in (*uses, *all_leases, *building) if _KEY.fullmatch(k)}
     ctx = _Context(manifests, uses, fresh, building, full)
-    entries = [_entry(item, ctx) for item in _subdirs(layout.entries)]
+    entries = [_entry(item, ctx) for item in _subdirs(layout.entries, only_dirs=False)]
     quarantined = [_quarantined(item) for item in _subdirs(layout.quarantine)]
     staging = [(Path(item.path), staging_stale(Path(item.path), now, STALE_STAGING_SECONDS))
                for item in _subdirs(layout.staging)]

@@ -88,10 +88,10 @@ def _sign_one(layout: Layout, gate: Gate, path: Path, dry_run: bool) -> dict[str
         except OSError as exc:
             raise VolumeError(f"cannot sign {path.name}: {exc.strerror}", hint="sign where the cache volume is "
                               "mounted read-write by a user who may write it (a builder Pod or Job)") from exc
-    kept = len(envelope["signatures"]) - 1
+    kept, count = len(envelope["signatures"]) - 1, len(entry.files)
     return {"name": path.name, "key": entry.key, "result": "would sign" if dry_run else "signed",
-            "keyid": gate.signer[1], "detail": f"{len(entry.files)} files" + (f"; kept {kept} other signature(s)"
-                                                                               if kept else "")}
+            "keyid": gate.signer[1], "detail": f"{count} file{'s' if count != 1 else ''}" + (
+                f"; kept {kept} other signature(s)" if kept else "")}
 
 
 def cmd_sign(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
@@ -117,17 +117,29 @@ def cmd_sign(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 def add_parsers(sub: Any, cache_default: str) -> None:
     """Define ``keys`` and ``sign`` on the subparsers action *sub*."""
-    keys_p = sub.add_parser("keys", help="signing keys: `trtwarm keys generate`")
+    keys_p = sub.add_parser("keys", help="signing keys: `trtwarm keys generate`",
+                            description="Make a key pair for signed entries (README, Trust). The private key goes to "
+                            "the builders (a Kubernetes Secret; `trtwarm init --signing-key`), the public key into "
+                            "the trust policy every init checks entries against (`--trust-policy`).")
     keys_sub = keys_p.add_subparsers(dest="keys_command", required=True, metavar="ACTION")
-    gen = keys_sub.add_parser("generate", help="write a new key pair PREFIX.key (0600) and PREFIX.pub")
-    gen.add_argument("--out", default="trtwarm", metavar="PREFIX", help="file name prefix (%(default)s)")
-    gen.add_argument("--type", default="ed25519", choices=keys.KINDS, help="key type (%(default)s: the fastest to "
-                     "check on a hit; ecdsa-p256 where a verifier needs ECDSA)")
+    gen = keys_sub.add_parser("generate", help="write a new key pair PREFIX.key (0600) and PREFIX.pub",
+                              description="Write a new key pair: PREFIX.key (the private key, PKCS#8 PEM, mode 0600) "
+                              "and PREFIX.pub (the public key, PEM), and print the key id. Never overwrites a file.")
+    gen.add_argument("--out", default="trtwarm", metavar="PREFIX", help="path prefix of the two files (default: "
+                     "%(default)s, i.e. ./%(default)s.key and ./%(default)s.pub)")
+    gen.add_argument("--type", default="ed25519", choices=keys.KINDS, help="key type (default %(default)s: the "
+                     "fastest to check on a hit; ecdsa-p256 where your PKI or verifier needs ECDSA)")
     gen.add_argument("--json", action="store_true", help="machine-readable output")
     gen.set_defaults(func=cmd_keys_generate)
-    sign = sub.add_parser("sign", help="sign published entries (after verifying their files)")
-    sign.add_argument("selectors", nargs="+", metavar="ENTRY|KEY-PREFIX")
-    sign.add_argument("--key", help="the private key PEM (default: TRTWARM_SIGNING_KEY)")
+    sign = sub.add_parser("sign", help="sign published entries (after verifying their files)",
+                          description="Re-hash each entry's files, then add this key's signature to its "
+                          "manifest.sig.json (other keys' signatures are kept: how keys rotate). Run where the "
+                          "cache volume is mounted read-write. It does not check a trust policy: list the key's "
+                          "public half in the policy for the signature to count.")
+    sign.add_argument("selectors", nargs="+", metavar="ENTRY|KEY-PREFIX",
+                      help="an entry name as `trtwarm ls` shows it, or a key prefix of at least 8 hex digits")
+    sign.add_argument("--key", metavar="FILE", help="the private key PEM, e.g. from `trtwarm keys generate` "
+                      "(default: TRTWARM_SIGNING_KEY)")
     sign.add_argument("--cache-dir", default=cache_default, help="the shared cache volume (%(default)s)")
     sign.add_argument("--dry-run", action="store_true", help="verify and say what would be signed; write nothing")
     sign.add_argument("--json", action="store_true", help="machine-readable output")

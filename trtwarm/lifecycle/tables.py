@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 _UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
 
@@ -45,4 +45,25 @@ def render(headers: Sequence[str], rows: Sequence[Sequence[object]], right: Sequ
     return "\n".join(lines)
 
 
-__all__ = ["human_age", "human_bytes", "render", "utc"]
+def fit(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int,
+        shrink: Mapping[str, int]) -> list[list[str]]:
+    """Truncate cells (ending them with ``…``) until :func:`render` of the result is at most *width* characters
+    wide. The columns named in *shrink* give way, the one furthest above the width *shrink* gives it first; when
+    that is not enough, they go down to their header's width (or 6)."""
+    cells = [list(map(str, row)) for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    for floor in ({i: max(len(h), shrink[h]) for i, h in enumerate(headers) if h in shrink},
+                  {i: max(len(h), 6) for i, h in enumerate(headers) if h in shrink}):
+        while sum(widths) + 2 * (len(widths) - 1) > width:
+            candidates = [i for i in floor if widths[i] > floor[i]]
+            if not candidates:
+                break
+            widths[max(candidates, key=lambda i: widths[i] - floor[i])] -= 1
+    for row in cells:
+        for i, h in enumerate(headers):
+            if h in shrink and len(row[i]) > widths[i]:
+                row[i] = row[i][: widths[i] - 1] + "…"
+    return cells
+
+
+__all__ = ["fit", "human_age", "human_bytes", "render", "utc"]

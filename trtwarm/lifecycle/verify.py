@@ -8,15 +8,24 @@ trusted key signed is a problem (``untrusted``, quarantined by ``--fix``); under
 
 from __future__ import annotations
 
+import logging
+import os
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from trtwarm.errors import EntryInvalid
-from trtwarm.lifecycle.inventory import Inventory
+from trtwarm.fsutil import atomic_write_json, read_json_object
+from trtwarm.lifecycle.inventory import EntryInfo, Inventory
 from trtwarm.trust.policy import Gate
+from trtwarm.volume.layout import Layout
 from trtwarm.volume.store import EngineStore, check_entry
+
+log = logging.getLogger("trtwarm.verify")
+#: the last ``trtwarm verify``'s findings, so ``ls`` shows damage found by hashing without hashing itself
+RECORD = ".last-verify.json"
 
 #: fault kinds, from the verification reason
 KINDS = ("corrupt", "truncated", "orphaned", "bad-manifest", "damaged", "untrusted", "stale-staging", "stale-owner")
@@ -56,10 +65,16 @@ def inspect(inv: Inventory, gate: Gate | None = None) -> tuple[int, list[Problem
     """
     problems = []
     for info in inv.entries:
+        if info.broken:  # a file, a symlink or an unreadable directory where an entry should be
+            problems.append(Problem("damaged", info.path, info.problem or "not an entry", "quarantine"))
+            continue
         try:
             entry = check_entry(info.path, None, digest=True)
         except EntryInvalid as exc:
             problems.append(Problem(classify(exc.reason), info.path, exc.reason, "quarantine"))
+            continue
+        except OSError as exc:  # an unreadable engine, an I/O error: this entry's problem, the others still count
+            problems.append(Problem("damaged", info.path, f"unreadable ({exc.strerror})", "quarantine"))
             continue
         if gate is not None and gate.mode != "off":
             trusted, detail = gate.status(entry)
@@ -91,4 +106,40 @@ def fix(store: EngineStore, problems: list[Problem]) -> list[Problem]:
     return fixed
 
 
-__all__ = ["KINDS", "Problem", "classify", "fix", "inspect"]
+def _identity(entry: Path) -> list[int] | None:
+    """Which copy of an entry a finding is about: its manifest's inode and mtime (a rebuilt entry has new ones)."""
+    try:
+        st = os.stat(entry / "manifest.json")
+    except OSError:
+        return None
+    return [st.st_ino, st.st_mtime_ns]
+
+
+def record(layout: Layout, checked: int, remaining: list[Problem]) -> None:
+    """Write :data:`RECORD` with the entries' problems that remain; skipped (logged) on a volume it cannot write."""
+    doc = {"schema": 1, "finished": time.time(), "checked": checked,
+           "problems": {p.path.name: {"kind": p.kind, "detail": p.detail, "manifest": _identity(p.path)}
+                        for p in remaining if p.path.parent == layout.entries}}
+    try:
+        atomic_write_json(layout.root / RECORD, doc, layout.file_mode(), durable=False)
+    except OSError as exc:
+        log.info("not recording this verification on the volume: %s", exc.strerror)
+
+
+def apply_record(layout: Layout, entries: list[EntryInfo]) -> dict[str, Any] | None:
+    """Mark *entries* that the last verification found damaged (and that were not replaced since) as damaged.
+
+    :return: the record (None: no verification recorded on this volume)
+    """
+    doc = read_json_object(layout.root / RECORD, 1 << 22)
+    found = doc.get("problems") if doc else None
+    if not isinstance(found, dict):
+        return doc
+    for info in entries:
+        seen = found.get(info.name)
+        if info.status == "ok" and isinstance(seen, dict) and seen.get("manifest") == _identity(info.path):
+            info.status, info.problem = "damaged", f"{seen.get('detail')} (found by trtwarm verify)"
+    return doc
+
+
+__all__ = ["KINDS", "RECORD", "Problem", "apply_record", "classify", "fix", "inspect", "record"]

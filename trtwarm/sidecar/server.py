@@ -112,6 +112,7 @@ class Sidecar:
         self.registry, self.collector = registry(settings.handoff_dir, self.volume, self.readiness)
         self.stopping = threading.Event()
         self.lease: Path | None = None
+        self._announced = False  # the first successful round logs what it holds, once
         self._lease_lock = threading.Lock()
         routes = {"/metrics": self._metrics, "/healthz": lambda _a: (200, "text/plain", b"ok\n"),
                   "/readyz": self._readyz}
@@ -141,14 +142,18 @@ class Sidecar:
                     with self._lease_lock:  # never after the release in run(), whatever the timing
                         if self.stopping.is_set():
                             return
-                        first = self.lease is None
+                        first, self._announced = not self._announced, True
                         self.lease = leaselib.take(self.layout, report["key"], report["name"], self.identity)
-                    if first:
+                    if first and self.lease is None:
+                        log.warning("engine %s is ready; the cache volume is read-only here, so this Pod holds no "
+                                    "in-use lease (a gc on a writable mount cannot see that it uses the engine)",
+                                    report["name"])
+                    elif first:
                         log.info("engine %s is ready; holding its in-use lease %s", report["name"], self.lease)
                     EngineStore(self.layout).touch_use(report["key"])
                 except OSError as exc:  # keep serving; the next round tries again
                     log.warning("cannot refresh the lease on %s: %s", report.get("name"), exc)
-            self.stopping.wait(self.s.lease_interval if self.lease else POLL_SECONDS)
+            self.stopping.wait(self.s.lease_interval if self._announced else POLL_SECONDS)
 
     def _gc_loop(self) -> None:
         from trtwarm.lifecycle import gc as gclib
@@ -193,13 +198,18 @@ class Sidecar:
 
 def serve(settings: SidecarSettings, identity: Identity) -> int:
     """Run the sidecar until SIGTERM or SIGINT; exit 0."""
+    from trtwarm.errors import ConfigError
+
+    if not 0 <= settings.port <= 65535:
+        raise ConfigError(f"--port {settings.port} is out of range", hint="choose a TCP port 1-65535 (0: any free "
+                          "port), e.g. --port 9400")
     try:
         sidecar = Sidecar(settings, identity)
     except OSError as exc:
-        from trtwarm.errors import ConfigError
-
-        raise ConfigError(f"cannot listen on {settings.bind}:{settings.port}: {exc.strerror}",
-                          hint="choose another --port, or stop what uses it") from exc
+        in_use = exc.errno == errno.EADDRINUSE
+        raise ConfigError(f"cannot listen on {settings.bind}:{settings.port}: {exc.strerror or exc}",
+                          hint="choose another --port, or stop what uses it" if in_use else
+                          "--bind must be an address of this host (:: or 0.0.0.0: all, 127.0.0.1: local only)") from exc
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: sidecar.stop())
     sidecar.run()

@@ -17,6 +17,7 @@ import binascii
 import hashlib
 import os
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,7 @@ def load_public(pem: bytes, what: str = "public key") -> Any:
     header and the raw key); anything else goes through ``serialization``, which imports far more.
     :raises ConfigError: not an Ed25519 or ECDSA public key
     """
+    _await_preload()
     der = pem_der(pem, what)
     try:
         if der.startswith(_ED25519_SPKI) and len(der) == len(_ED25519_SPKI) + 32:
@@ -87,6 +89,39 @@ def load_public(pem: bytes, what: str = "public key") -> Any:
     if not isinstance(key, ec.EllipticCurvePublicKey):
         raise ConfigError(f"{what} is neither Ed25519 nor ECDSA", hint="trtwarm signs with Ed25519 or ECDSA")
     return key
+
+
+_preloading: list[threading.Thread] = []  # the background import preload() started, until someone waits for it
+
+
+def preload() -> threading.Thread:
+    """Import what an Ed25519 check needs in a background thread, and return the thread (already started).
+
+    ``trtwarm init`` calls this first thing when a trust policy is configured: the import of ``cryptography``'s Rust
+    extension (most of a check's cost on a hit) then overlaps with resolving the key and hashing the entry's files
+    (hashlib releases the GIL). Nothing is skipped: the check runs as before, after waiting for this import (see
+    :func:`_await_preload`); if the import failed, the check's own import raises the error.
+    Not a daemon thread, so the interpreter never exits in the middle of loading an extension module.
+    """
+
+    def load() -> None:
+        try:
+            from cryptography.exceptions import InvalidSignature  # noqa: F401
+            from cryptography.hazmat.primitives.asymmetric import ed25519  # noqa: F401
+        except ImportError:  # reported by the check's own import, with the caller's context
+            pass
+
+    thread = threading.Thread(target=load, name="trtwarm-trust-preload")
+    thread.start()
+    _preloading.append(thread)
+    return thread
+
+
+def _await_preload() -> None:
+    """Wait for a running :func:`preload` before this thread imports from ``cryptography``: two threads importing
+    one package's modules at once can meet in an import cycle, which importlib answers with ``_DeadlockError``."""
+    while _preloading:
+        _preloading.pop().join()
 
 
 def verify_signature(public_key: Any, signature: bytes, message: bytes) -> bool:
@@ -121,6 +156,7 @@ def sign_bytes(private_key: Any, message: bytes) -> bytes:
 
 def load_private(path: Path) -> tuple[Any, str]:
     """Load an Ed25519 or EC private key PEM; return ``(key, key id of its public half)``. :raises ConfigError:"""
+    _await_preload()
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
@@ -149,6 +185,7 @@ def generate(private_path: Path, public_path: Path, kind: str = "ed25519") -> st
     *public_path*; return the key id. :raises ConfigError: either file exists already (never overwritten), or cannot
     be written
     """
+    _await_preload()
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
@@ -175,5 +212,5 @@ def generate(private_path: Path, public_path: Path, kind: str = "ed25519") -> st
     return key_id(public)
 
 
-__all__ = ["KINDS", "generate", "key_id", "load_private", "load_public", "pem_der", "public_pem", "read_key_file",
-           "sign_bytes", "verify_signature"]
+__all__ = ["KINDS", "generate", "key_id", "load_private", "load_public", "pem_der", "preload", "public_pem",
+           "read_key_file", "sign_bytes", "verify_signature"]

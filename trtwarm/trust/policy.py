@@ -97,7 +97,9 @@ def _trusted_key(item: Any, path: Path) -> TrustedKey:
     elif isinstance(item.get("public_key_file"), str):
         pem = keys.read_key_file(path.parent / item["public_key_file"], f"public key of {name!r}")
     else:
-        raise ConfigError(f"trust policy {path}: key {name!r} has neither public_key nor public_key_file")
+        raise ConfigError(f"trust policy {path}: key {name!r} has neither public_key nor public_key_file",
+                          hint='name its public key file (relative to the policy), e.g. {"name": "ci-2026", '
+                          '"public_key_file": "ci-2026.pub"}, or give the PEM in "public_key"; see README, Trust')
     scope = [item.get("models", []), item.get("key_prefixes", [])]
     if not all(isinstance(s, list) and all(isinstance(x, str) and x for x in s) for s in scope):
         raise ConfigError(f"trust policy {path}: key {name!r}: models and key_prefixes are lists of strings")

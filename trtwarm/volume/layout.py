@@ -17,6 +17,7 @@
     ├─ .leases/<key>/<holder>.json       in-use leases (init, then the sidecar); mtime = heartbeat
     ├─ .trash/                           entries being removed by gc: renamed here first, then deleted
     ├─ .statcache/<id>.json              model digests keyed by (dev, inode, size, mtime, ctime)
+    ├─ .last-verify.json                 problems the last `trtwarm verify` left (shown by `ls`)
     └─ timing-caches/<id>.cache          TensorRT timing caches, shared per TensorRT version and GPU class
 
 Paths are pure functions of the root and the key; only :meth:`Layout.ensure` and :meth:`Layout.check` touch disk.
@@ -25,13 +26,16 @@ Paths are pure functions of the root and the key; only :meth:`Layout.ensure` and
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import stat
 from pathlib import Path
 
+from trtwarm import errors
 from trtwarm.errors import VolumeError
 from trtwarm.fsutil import READ_ONLY_ERRNOS, atomic_write
 
+log = logging.getLogger("trtwarm.volume")
 LAYOUT_VERSION = 1
 CACHEDIR_TAG = (
     "Signature: 8a477f597d28d172789f06886806bc55\n"
@@ -112,18 +116,41 @@ class Layout:
         except FileNotFoundError:
             return
         except OSError as exc:
-            raise VolumeError(f"cannot read {version_file}: {exc.strerror}") from exc
+            raise errors.volume_error(exc, "read", version_file) from exc
         if found != str(LAYOUT_VERSION):
             raise VolumeError(f"cache dir {self.root} has layout version {found!r}; this trtwarm uses "
                               f"{LAYOUT_VERSION}", hint="use another --cache-dir, or the trtwarm version that "
                               "wrote this cache")
 
+    def require(self) -> None:
+        """For commands that only inspect a volume (``ls``, ``verify``, ``gc``...): refuse a missing cache dir, or one
+        that is not a trtwarm cache (no ``VERSION``), instead of answering "0 entries" for an unmounted volume.
+
+        :raises VolumeError: naming the path
+        """
+        self.check()
+        try:
+            is_dir, tagged = self.root.is_dir(), (self.root / "VERSION").is_file()
+            empty = is_dir and not tagged and not any(self.root.iterdir())
+        except OSError as exc:
+            raise errors.volume_error(exc, "read", self.root) from exc
+        if not is_dir:
+            raise VolumeError(f"cache dir {self.root} does not exist", hint="check --cache-dir and that the volume "
+                              "is mounted here; `trtwarm init` creates a cache on its first build")
+        if not tagged:
+            what = "is empty" if empty else "holds no VERSION file"
+            raise VolumeError(f"cache dir {self.root} {what}: not a trtwarm cache", hint="check --cache-dir and that "
+                              "the volume is mounted here; `trtwarm init` creates a cache on its first build")
+
     def ensure(self) -> None:
-        """Create the root, its subdirectories, ``VERSION`` and ``CACHEDIR.TAG`` where missing.
+        """Create the root, its subdirectories, ``VERSION`` and ``CACHEDIR.TAG`` where missing (logging when this
+        makes a new cache, so a wrong or unmounted ``--cache-dir`` shows in the log).
 
         :raises VolumeError: the volume cannot be created or written
         """
         self.check()
+        if not (self.root / "VERSION").exists():
+            log.info("creating a new trtwarm cache in %s (layout version %d)", self.root, LAYOUT_VERSION)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             mode = self.dir_mode()
@@ -141,18 +168,13 @@ class Layout:
 
 
 def volume_error(exc: OSError, path: Path, doing: str) -> VolumeError:
-    """Translate an OSError on the volume into a VolumeError that says what to do."""
-    if exc.errno in READ_ONLY_ERRNOS:
-        return VolumeError(f"cannot {doing} {path}: {exc.strerror} (the cache volume is read-only or not writable "
-                           "by this user)", hint="a build needs a writable cache: mount it read-write, set the Pod's "
-                           "fsGroup, or pass --read-only to only use engines built elsewhere")
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return VolumeError(f"cannot {doing} {path}: the cache volume is full ({exc.strerror})",
-                           hint="free space with `trtwarm gc --max-bytes ...` or grow the volume")
-    if exc.errno in (errno.ENOTDIR, errno.EEXIST):
-        return VolumeError(f"cannot {doing} {path}: a path component is not a directory",
-                           hint="point --cache-dir at a directory on the shared volume")
-    return VolumeError(f"cannot {doing} {path}: {exc.strerror or exc}")
+    """Translate an OSError on the volume into a VolumeError that says what to do (the one table:
+    :data:`trtwarm.errors.VOLUME_ERRNOS`); a volume a build cannot write also suggests ``--read-only``."""
+    if exc.errno == errno.EEXIST:  # ensure(): a file stands where a subdirectory should be
+        exc = OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), exc.filename)
+    hint = ("a build needs a writable cache: mount it read-write, set the Pod's fsGroup, or pass --read-only to "
+            "only use engines built elsewhere") if exc.errno in READ_ONLY_ERRNOS else None
+    return errors.volume_error(exc, doing, path, hint=hint)
 
 
 __all__ = ["CACHEDIR_TAG", "LAYOUT_VERSION", "SUBDIRS", "Layout", "volume_error"]

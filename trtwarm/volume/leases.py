@@ -12,6 +12,7 @@ The holder name is ``<namespace>.<pod>`` inside Kubernetes (init and sidecar sha
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -19,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm.config import Identity
-from trtwarm.fsutil import READ_ONLY_ERRNOS, atomic_write_json
+from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS, atomic_write_json
 from trtwarm.key import sanitize
 from trtwarm.volume.layout import Layout
 
+log = logging.getLogger("trtwarm.leases")
 REFRESH_SECONDS = 60.0
 #: a lease not refreshed for this long belongs to a Pod that is gone
 LEASE_TTL = 5 * REFRESH_SECONDS
@@ -41,6 +43,11 @@ class Lease:
     def fresh(self, now: float, ttl: float = LEASE_TTL) -> bool:
         """Whether the holder refreshed it within *ttl* seconds of *now*."""
         return now - self.heartbeat < ttl
+
+    @property
+    def expires(self) -> float:
+        """When it goes stale unless its holder refreshes it (epoch seconds)."""
+        return self.heartbeat + LEASE_TTL
 
 
 def holder_name(identity: Identity) -> str:
@@ -64,6 +71,9 @@ def take(layout: Layout, key: str, name: str, identity: Identity) -> Path | None
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(path, doc, layout.file_mode(), durable=False)  # advisory: its mtime is what counts
     except OSError as exc:
+        if exc.errno in FULL_ERRNOS:  # a full volume must not stop a Pod whose engine is there (a hit)
+            log.warning("cannot write the in-use lease on %s: the volume is full; gc sees only its last use", name)
+            return None
         if exc.errno not in _IGNORED:
             raise
         return None

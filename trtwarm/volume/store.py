@@ -26,6 +26,7 @@ from typing import Any
 
 from trtwarm.errors import EntryInvalid
 from trtwarm.fsutil import (
+    FULL_ERRNOS,
     READ_ONLY_ERRNOS,
     TooLarge,
     atomic_write_json,
@@ -199,7 +200,7 @@ class EngineStore:
         except OSError as exc:
             if exc.errno not in READ_ONLY_ERRNOS:
                 raise
-            log.warning("cannot quarantine %s on a read-only volume; ignoring it", path.name)
+            log.warning("cannot quarantine %s (%s); ignoring it", path.name, exc.strerror)
             return None
         if self.on_quarantine is not None:
             self.on_quarantine(path.name, reason)
@@ -213,6 +214,10 @@ class EngineStore:
         path.mkdir(mode=self.layout.dir_mode())
         try:
             yield path
+        except BaseException as exc:
+            log.info("removing the staging directory %s: the build did not finish (%s)", path.name,
+                     type(exc).__name__)
+            raise
         finally:
             _rmtree(path)
 
@@ -265,7 +270,7 @@ class EngineStore:
             except FileNotFoundError:
                 os.close(os.open(path, os.O_WRONLY | os.O_CREAT, self.layout.file_mode()))
         except OSError as exc:
-            if exc.errno not in READ_ONLY_ERRNOS | {errno.ENOENT}:
+            if exc.errno not in READ_ONLY_ERRNOS | FULL_ERRNOS | {errno.ENOENT}:
                 raise
 
     def entries(self) -> Iterator[Path]:
