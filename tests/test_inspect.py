@@ -43,7 +43,7 @@ def test_show_by_upper_case_prefix_name_or_model_prints_the_whole_entry(model: P
         assert run.stdout.startswith(f"entry        {name}\n")
     text = run.stdout
     manifest = json.loads((entries(cache)[0] / "manifest.json").read_text())
-    assert f"engine.plan  " in text and f"sha256 {manifest['engine_sha256']}" in text
+    assert "engine.plan  " in text and f"sha256 {manifest['engine_sha256']}" in text
     assert "signature    unsigned" in text
     assert "built        " in text and f"pid {manifest['built_by']['pid']}" in text
     assert "expires in " in text  # the init's own lease, with its expiry

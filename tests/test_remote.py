@@ -249,7 +249,7 @@ def test_server_killed_mid_pull_then_a_clean_build_or_a_clear_error(model: Path,
     proxy = SlowProxy(server.s3_port, rate=4 << 20)
     try:
         url = "s3://engines/killed"
-        big = f"sh -c 'head -c 33554432 /dev/urandom > {{output}}'"
+        big = "sh -c 'head -c 33554432 /dev/urandom > {output}'"
         args = cmd_init_args(model, tmp_path / "a", tmp_path / "ha", "--remote", url)
         args[args.index("--build-command") + 1] = big
         assert run_trtwarm(*args, env=server.env()).returncode == 0

@@ -78,10 +78,11 @@ class _RowParser(argparse.ArgumentParser):
 
 def settings_for(flags: list[str], environ: Mapping[str, str], **extra: Any) -> Settings:
     """Parse one row's flags with ``init``'s parser (same validation) into Settings; *extra* overrides."""
-    from trtwarm.cli import _init_only_flags
+    from trtwarm.cli import add_init_flags, add_run_flags
 
     parser = _RowParser(prog="trtwarm prebuild", add_help=False)
-    _init_only_flags(parser)
+    add_init_flags(parser)
+    add_run_flags(parser)
     env_defaults(parser, environ)  # e.g. TRTWARM_SIGNING_KEY and TRTWARM_TRUST_POLICY for every row
     ns = parser.parse_args(flags)
     for name, value in extra.items():
