@@ -19,198 +19,33 @@ Idempotent: a restarted init finds the entry it published and is a fast hit.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
-import os
-import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
-from trtwarm import __version__, handoff
-from trtwarm.builders.base import Builder, get_builder
+from trtwarm import handoff
 from trtwarm.config import Settings
-from trtwarm.errors import BuildError, EntryInvalid, LockTimeoutError, VolumeError
+from trtwarm.errors import BuildError, LockTimeoutError, VolumeError
 from trtwarm.events import EventRecorder
-from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS, volume_full
+from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS
 from trtwarm.handoff import WarmReport
-from trtwarm.key import entry_name, key_document, key_of, model_fields
-from trtwarm.model import ModelFacts, check_model_path, unshaped_dynamic_inputs
+from trtwarm.plan import Plan, resolve
+from trtwarm.publish import build_and_publish
 from trtwarm.trust import keys
-from trtwarm.trust.policy import Gate
 from trtwarm.volume import leases
-from trtwarm.volume.files import SCHEMA, list_built
 from trtwarm.volume.layout import Layout, volume_error
-from trtwarm.volume.lock import PROGRESS_SECONDS, BuildLock, describe_owner
-from trtwarm.volume.stamps import StampBook
-from trtwarm.volume.statcache import inspect_model
+from trtwarm.volume.lock import BuildLock, describe_owner
 from trtwarm.volume.store import EngineStore, Entry
 
 log = logging.getLogger("trtwarm.warm")
 
 
-@dataclass
-class Plan:
-    """A resolved key and everything needed to act on it."""
-
-    settings: Settings
-    layout: Layout
-    builder: Builder
-    facts: ModelFacts
-    doc: dict[str, Any]
-    key: str
-    name: str
-    seconds: dict[str, float] = field(default_factory=dict)
-    events: EventRecorder | None = None
-    gate: Gate = field(default_factory=Gate)  # the trust policy: checks before any load, signs what is published
-    stamps: StampBook | None = None  # --verify stamp
-    remote: Any = None  # a trtwarm.remote.sync.RemoteSync with --remote
-
-    @property
-    def store(self) -> EngineStore:
-        """The store of this plan's volume (quarantines are reported as Kubernetes Events)."""
-        return EngineStore(self.layout, self._quarantined)
-
-    def _quarantined(self, name: str, reason: str) -> None:
-        self.emit("EngineQuarantined", f"engine {name} failed verification ({reason}); quarantined, rebuilding",
-                  "Warning")
-
-    def emit(self, reason: str, message: str, kind: str = "Normal") -> None:
-        """Record a Kubernetes Event on this Pod, when events are enabled."""
-        if self.events is not None:
-            self.events.emit(reason, message, kind)
-
-    @property
-    def label(self) -> str:
-        """``name (key16)`` for log lines."""
-        return f"{self.name} ({self.key[:16]})"
-
-
-def resolve(settings: Settings) -> Plan:
-    """Inspect the model and the builder and compute the key document, the key and the entry name.
-
-    :raises ModelError, ConfigError, VolumeError: bad model, bad configuration, unusable cache dir
-    """
-    start = time.monotonic()
-    check_model_path(settings.model)
-    layout = Layout(settings.cache_dir)
-    layout.check()
-    builder = get_builder(settings)
-    identity = builder.identity()
-    facts, _memo = inspect_model(settings.model, layout.statcache if layout.statcache.is_dir() else None)
-    doc = key_document(model_fields(facts), identity, builder.device(), builder.build_fields(facts))
-    key = key_of(doc)
-    unshaped = unshaped_dynamic_inputs(facts, settings.shapes or (settings.profiles[0] if settings.profiles else ()))
-    if unshaped:
-        log.warning("dynamic input %s has no --shape: the builder chooses the shapes the engine accepts; give "
-                    "--shape NAME=MIN:OPT:MAX for the shapes the server sends", ", ".join(unshaped))
-    name = entry_name(doc, key, settings.name or settings.model.stem, unshaped=bool(unshaped))
-    gate = Gate.create(settings.trust_policy, settings.trust_mode, settings.signing_key, settings.read_only)
-    gate.require_signer_trusted(name, key)
-    stamps = StampBook(settings.stamp_dir, settings.stamp_max_age) if settings.verify == "stamp" and \
-        settings.stamp_dir else None
-    return Plan(settings, layout, builder, facts, doc, key, name, {"key": time.monotonic() - start}, gate=gate,
-                stamps=stamps)
-
-
-def _load_check(plan: Plan, trust: bool = True) -> Callable[[Entry], None]:
-    """The checks before an entry is handed over; *trust* False for a remote pull, whose ref was checked against
-    the trust policy before its download (the staging directory does not carry the entry's name yet)."""
-    def check(entry: Entry) -> None:
-        if trust:
-            plan.gate.check(entry)  # the signature, before the builder reads a byte of the engine
-        plan.builder.precheck(entry.engine)  # e.g. the plan header's TensorRT version, before TensorRT is loaded
-        if plan.settings.verify == "load":
-            plan.builder.load(entry.engine, plan.facts)
-
-    return check
-
-
 def _lookup(plan: Plan) -> Entry | None:
     start = time.monotonic()
-    entry = plan.store.lookup(plan.key, plan.name, _load_check(plan), plan.stamps.digest if plan.stamps else None)
+    entry = plan.store.lookup(plan.key, plan.name, plan.load_check(), plan.stamps.digest if plan.stamps else None)
     plan.seconds["verify"] = plan.seconds.get("verify", 0.0) + time.monotonic() - start
     return entry
-
-
-@contextlib.contextmanager
-def ticker(message: str, *args: object, every: float = PROGRESS_SECONDS,
-           detail: Callable[[], str] | None = None) -> Iterator[None]:
-    """Log ``message (N s elapsed[, detail])`` every *every* seconds while the block runs."""
-    stop, start = threading.Event(), time.monotonic()
-
-    def run() -> None:
-        while not stop.wait(every):
-            now = detail() if detail else ""
-            log.info(message + " (%.0f s elapsed%s)", *args, time.monotonic() - start, f"; {now}" if now else "")
-
-    thread = threading.Thread(target=run, name="trtwarm-progress", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(timeout=1)
-
-
-def _manifest(plan: Plan, files: list[dict[str, Any]], build_seconds: float) -> dict[str, Any]:
-    """Manifest schema 2: every file of the entry; the engine's fields repeated for schema-1 readers."""
-    ident, engine = plan.settings.identity, next(f for f in files if f["role"] == "engine")
-    return {"schema": SCHEMA, "key": plan.key, "key_document": plan.doc, "name": plan.name, "files": files,
-            "engine_file": engine["path"], "engine_sha256": engine["sha256"], "engine_bytes": engine["bytes"],
-            "created": time.time(),
-            "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "build_seconds": round(build_seconds, 3), "trtwarm_version": __version__,
-            "built_by": {"pod": ident.pod, "namespace": ident.namespace, "node": ident.node,
-                         "hostname": ident.hostname, "pid": os.getpid(), "ci_job": ident.ci_job}}
-
-
-def _build_into(plan: Plan, staging: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """Build, load-check, list and hash every file: return the manifest and its signature (None: no key)."""
-    start = time.monotonic()
-    with ticker("building %s", plan.label, every=plan.settings.progress_interval, detail=plan.builder.progress):
-        try:
-            engine = plan.builder.build(plan.settings.model, plan.facts, staging)
-        except BuildError as exc:  # builders word a full disk their own way (ORT: "Protobuf serialization failed")
-            if not volume_full(staging):
-                raise
-            log.error("the build failed on a full cache volume: %s", exc.message)
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(staging)) from exc
-    plan.seconds["build"] = time.monotonic() - start
-    log.info("built %s in %.1f s; checking that it loads", plan.label, plan.seconds["build"])
-    try:
-        plan.builder.load(engine, plan.facts)
-    except EntryInvalid as exc:
-        raise BuildError(f"the freshly built engine {exc.reason}", hint="the builder produced an engine this node "
-                         "cannot load; check the builder and runtime versions") from exc
-    try:
-        files = list_built(staging, engine.relative_to(staging).as_posix())
-    except EntryInvalid as exc:
-        raise BuildError(exc.reason, hint="a builder must write regular files into its output directory") from exc
-    manifest = _manifest(plan, files, plan.seconds["build"])
-    extra = plan.builder.report()  # what the builder learned (e.g. TensorRT's engine_info), as in engine.json
-    if extra:
-        manifest["extra"] = extra
-    return manifest, plan.gate.sign(manifest, files)
-
-
-def build_and_publish(plan: Plan) -> bool:
-    """Build into a private staging directory and publish it with one rename (call with the key's lock held).
-
-    :return: whether ours is the entry now (False: another builder published first and ours was discarded)
-    :raises BuildError: the builder failed; :raises OSError: the volume is full or read-only (see :func:`warm`)
-    """
-    store = plan.store
-    for path in store.clean_staging(plan.key):
-        log.info("removed stale staging directory %s left by a dead builder", path.name)
-    with store.staging(plan.key) as staging:
-        manifest, signature = _build_into(plan, staging)
-        adopted = _remote_push_staged(plan, staging, manifest, signature)  # --remote-push required
-        won = adopted is None and store.publish(staging, plan.name, manifest, signature)
-    if not won and adopted is None:
-        plan.seconds.pop("build", None)
-    return won
 
 
 def wait_message(name: str, owner: dict[str, Any] | None, gpu_lock: str | None = None) -> str:
@@ -267,7 +102,7 @@ def _single_flight(plan: Plan) -> tuple[Entry | None, str]:
 
 def _pull_or_build_locked(plan: Plan, mode: str) -> tuple[str, Entry | None]:
     """Under the key's lock: pull from ``--remote`` (the pulled entry), else build (``absent``: may not build)."""
-    if plan.remote is not None and (pulled := plan.remote.pull(plan.key, plan.name, _load_check(plan, trust=False))):
+    if plan.remote is not None and (pulled := plan.remote.pull(plan.key, plan.name, plan.load_check(trust=False))):
         return "pulled", pulled
     if plan.settings.read_only or plan.gate.consumer_only:
         return "absent", None
@@ -403,8 +238,8 @@ def _hand_off(settings: Settings, report: WarmReport, entry: Entry, builder: str
     try:
         handoff.write(settings.handoff_dir, report)
     except OSError as exc:
-        raise VolumeError(f"cannot write the hand-off to {settings.handoff_dir}: {exc.strerror}",
-                          hint="mount a writable emptyDir at --handoff-dir, shared with the inference container") from exc
+        raise VolumeError(f"cannot write the hand-off to {settings.handoff_dir}: {exc.strerror}", hint="mount a "
+                          "writable emptyDir at --handoff-dir, shared with the inference container") from exc
     if settings.triton_repo and settings.triton_model:
         try:
             handoff.triton_repo(settings.triton_repo, settings.triton_model, entry.engine, builder)
@@ -423,15 +258,7 @@ def _remote(settings: Settings, events: EventRecorder | None) -> Any:
     return RemoteSync.for_init(settings, EngineStore(Layout(settings.cache_dir)), events.emit if events else None)
 
 
-def _remote_push_staged(plan: Plan, staging: Any, manifest: dict[str, Any],
-                        signature: dict[str, Any] | None) -> Entry | None:
-    """``--remote-push required``: push from staging before the local publish; a loser publishes the winner's."""
-    if plan.remote is None or plan.settings.remote_push != "required":
-        return None
-    adopted: Entry | None = plan.remote.push_staged(staging, manifest, signature, plan.name,
-                                                    _load_check(plan, trust=False))
-    return adopted
 # --- end of the remote repository hook ---
 
 
-__all__ = ["Plan", "build_and_publish", "resolve", "ticker", "wait_message", "warm"]
+__all__ = ["wait_message", "warm"]

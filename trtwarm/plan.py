@@ -1,0 +1,105 @@
+"""Resolving a start: the model's facts, the builder, the key document, the key and the entry name, as a :class:`Plan`.
+
+:func:`resolve` reads and decides, it never builds and never writes the cache (``trtwarm key`` and ``key --explain``
+stop here); :mod:`trtwarm.warm` acts on the plan.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from trtwarm.builders.base import Builder, get_builder
+from trtwarm.config import Settings
+from trtwarm.events import EventRecorder
+from trtwarm.key import entry_name, key_document, key_of, model_fields
+from trtwarm.model import ModelFacts, check_model_path, unshaped_dynamic_inputs
+from trtwarm.trust.policy import Gate
+from trtwarm.volume.layout import Layout
+from trtwarm.volume.stamps import StampBook
+from trtwarm.volume.statcache import inspect_model
+from trtwarm.volume.store import EngineStore, Entry
+
+log = logging.getLogger("trtwarm.warm")
+
+
+@dataclass
+class Plan:
+    """A resolved key and everything needed to act on it."""
+
+    settings: Settings
+    layout: Layout
+    builder: Builder
+    facts: ModelFacts
+    doc: dict[str, Any]
+    key: str
+    name: str
+    seconds: dict[str, float] = field(default_factory=dict)
+    events: EventRecorder | None = None
+    gate: Gate = field(default_factory=Gate)  # the trust policy: checks before any load, signs what is published
+    stamps: StampBook | None = None  # --verify stamp
+    remote: Any = None  # a trtwarm.remote.sync.RemoteSync with --remote
+
+    @property
+    def store(self) -> EngineStore:
+        """The store of this plan's volume (quarantines are reported as Kubernetes Events)."""
+        return EngineStore(self.layout, self._quarantined)
+
+    def _quarantined(self, name: str, reason: str) -> None:
+        self.emit("EngineQuarantined", f"engine {name} failed verification ({reason}); quarantined, rebuilding",
+                  "Warning")
+
+    def emit(self, reason: str, message: str, kind: str = "Normal") -> None:
+        """Record a Kubernetes Event on this Pod, when events are enabled."""
+        if self.events is not None:
+            self.events.emit(reason, message, kind)
+
+    @property
+    def label(self) -> str:
+        """``name (key16)`` for log lines."""
+        return f"{self.name} ({self.key[:16]})"
+
+    def load_check(self, trust: bool = True) -> Callable[[Entry], None]:
+        """The checks before an entry is handed over; *trust* False for a remote pull, whose ref was checked against
+        the trust policy before its download (the staging directory does not carry the entry's name yet)."""
+        def check(entry: Entry) -> None:
+            if trust:
+                self.gate.check(entry)  # the signature, before the builder reads a byte of the engine
+            self.builder.precheck(entry.engine)  # e.g. the plan header's TensorRT version, before TensorRT is loaded
+            if self.settings.verify == "load":
+                self.builder.load(entry.engine, self.facts)
+
+        return check
+
+
+def resolve(settings: Settings) -> Plan:
+    """Inspect the model and the builder and compute the key document, the key and the entry name.
+
+    :raises ModelError, ConfigError, VolumeError: bad model, bad configuration, unusable cache dir
+    """
+    start = time.monotonic()
+    check_model_path(settings.model)
+    layout = Layout(settings.cache_dir)
+    layout.check()
+    builder = get_builder(settings)
+    identity = builder.identity()
+    facts, _memo = inspect_model(settings.model, layout.statcache if layout.statcache.is_dir() else None)
+    doc = key_document(model_fields(facts), identity, builder.device(), builder.build_fields(facts))
+    key = key_of(doc)
+    unshaped = unshaped_dynamic_inputs(facts, settings.shapes or (settings.profiles[0] if settings.profiles else ()))
+    if unshaped:
+        log.warning("dynamic input %s has no --shape: the builder chooses the shapes the engine accepts; give "
+                    "--shape NAME=MIN:OPT:MAX for the shapes the server sends", ", ".join(unshaped))
+    name = entry_name(doc, key, settings.name or settings.model.stem, unshaped=bool(unshaped))
+    gate = Gate.create(settings.trust_policy, settings.trust_mode, settings.signing_key, settings.read_only)
+    gate.require_signer_trusted(name, key)
+    stamps = StampBook(settings.stamp_dir, settings.stamp_max_age) if settings.verify == "stamp" and \
+        settings.stamp_dir else None
+    return Plan(settings, layout, builder, facts, doc, key, name, {"key": time.monotonic() - start}, gate=gate,
+                stamps=stamps)
+
+
+__all__ = ["Plan", "resolve"]
