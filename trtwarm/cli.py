@@ -11,8 +11,8 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn
 from pathlib import Path
+from typing import Any, NoReturn
 
 from trtwarm import __version__
 from trtwarm import log as logsetup
@@ -28,6 +28,7 @@ from trtwarm.errors import (
     is_volume_errno,
     volume_error,
 )
+from trtwarm.flags import add_init_flags, add_run_flags
 from trtwarm.helptext import annotate_env, exit_codes_epilog, unknown_command
 
 log = logging.getLogger("trtwarm")
@@ -43,79 +44,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise ConfigError(f"{self.prog}: {message}", hint=f"`{self.prog} --help` lists the flags")
-
-
-def add_init_flags(p: argparse.ArgumentParser) -> None:
-    """The flags that make the key (``key`` takes them and :func:`add_run_flags`, so ``key --explain`` accepts a
-    Pod's whole init command line)."""
-    p.add_argument("--model", help="the ONNX file (external-data files beside it)")
-    p.add_argument("--cache-dir", default=str(DEFAULT_CACHE_DIR), help="the shared cache volume (%(default)s)")
-    p.add_argument("--builder", default="tensorrt", help="tensorrt (default), onnxruntime or command")
-    p.add_argument("--precision", help="fp32|fp16|bf16|int8|fp8|model (default depends on the builder)")
-    p.add_argument("--shape", action="append", default=[], metavar="NAME=MIN:OPT:MAX",
-                   help="an input's profile, dims like 1x3x224x224; repeatable")
-    p.add_argument("--profile", action="append", default=[], metavar="NAME=MIN:OPT:MAX;...",
-                   help="TensorRT: one optimization profile (its inputs separated by ';'); repeat for several")
-    p.add_argument("--workspace", help="TensorRT workspace pool limit, e.g. 4G")
-    p.add_argument("--opt-level", type=int, help="TensorRT builder optimization level 0-5")
-    p.add_argument("--hardware-compat", default="none", choices=["none", "ampere+", "same-cc"],
-                   help="TensorRT hardware compatibility: an engine for this GPU only (%(default)s), any Ampere or "
-                   "newer GPU, or any GPU of this compute capability")
-    p.add_argument("--version-compatible", action="store_true", help="build a version-compatible engine")
-    p.add_argument("--exclude-lean-runtime", action="store_true", help="with --version-compatible")
-    p.add_argument("--tf32", default="on", choices=["on", "off"], help="allow TF32 (TensorRT) (%(default)s)")
-    p.add_argument("--plugin", action="append", default=[], metavar="PATH", help="plugin library; repeatable")
-    p.add_argument("--calibration-cache", metavar="FILE", help="TensorRT 10 INT8: replay this calibration cache")
-    p.add_argument("--strip-weights", action="store_true", help="TensorRT: a weight-stripped engine, refitted from "
-                   "the ONNX weights on load")
-    p.add_argument("--layer-info", default="names", choices=["names", "detailed"], help="TensorRT profiling "
-                   "verbosity: detailed records each layer's precision in the manifest")
-    p.add_argument("--name", help="readable model name for the entry (default: the model file's stem)")
-    p.add_argument("--key-extra", action="append", default=[], metavar="K=V", help="extra key field; repeatable")
-    p.add_argument("--build-command", help="command builder template with {model} {output} {workdir}")
-    p.add_argument("--builder-version", help="command builder: the tool's exact version (part of the key)")
-    p.add_argument("--ort-provider", default="cpu", help="onnxruntime builder: cpu, cuda or tensorrt (%(default)s)")
-    p.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"], help="command builder's device "
-                   "(%(default)s: the GPU if NVML sees one)")
-    p.add_argument("--tensorrt-version", metavar="VERSION[+cuN]", help="tensorrt builder: declare the exact "
-                   "TensorRT version (e.g. 10.16.1.11+cu12) instead of importing TensorRT (pull-only consumers)")
-    p.add_argument("--log-format", default="text", choices=["text", "json"],
-                   help="log lines on stderr as text or one JSON object each (%(default)s)")
-
-
-def add_run_flags(init: argparse.ArgumentParser) -> None:
-    """The flags of ``init`` that do not change the key: hand-off, locking, verification, Triton."""
-    init.add_argument("--handoff-dir", default=str(DEFAULT_HANDOFF_DIR), help="engine.json + engine link (%(default)s)")
-    init.add_argument("--lock-timeout", default="1h", help="longest wait for another builder (%(default)s)")
-    init.add_argument("--lock-mode", default="auto", choices=["auto", "flock", "lease"],
-                      help="how the build lock is held: flock, a heartbeat lease file (for filesystems without "
-                      "working locks), or auto: chosen from the mount (%(default)s)")
-    init.add_argument("--progress-interval", default="10s", help="seconds between progress lines (%(default)s)")
-    init.add_argument("--read-only", action="store_true", help="never build; wait for another builder's entry")
-    init.add_argument("--events-timeout", default="2s", help="longest wait at exit for Kubernetes Events to be sent "
-                      "(%(default)s)")
-    init.add_argument("--verify", default="digest", choices=["stamp", "digest", "load"],
-                      help="check on a hit: stamp (skip the hash of files this node verified and that did not "
-                      "change), digest (SHA-256), load (digest and a real load) (%(default)s)")
-    init.add_argument("--stamp-dir", help="--verify stamp: node-local directory of stamps, private to this uid "
-                      "(default: <handoff-dir>/stamps)")
-    init.add_argument("--stamp-max-age", default="1d", help="--verify stamp: re-hash a file whose stamp is older "
-                      "(%(default)s)")
-    init.add_argument("--triton-repo", help="also lay out a Triton model repository here")
-    init.add_argument("--triton-model", help="the model's name in --triton-repo")
-    add_trust_flags(init)
-    init.add_argument("--signing-key", help="sign what this Pod publishes with this private key PEM")
-    init.add_argument("--remote", metavar="s3://BUCKET/PREFIX", help="central engine repository: pull before "
-                      "building, push after (endpoint and credentials from the AWS_* variables)")
-    init.add_argument("--remote-push", default="best-effort", choices=["off", "best-effort", "required"],
-                      help="push a fresh build to --remote (%(default)s: a failed push is logged, never fatal)")
-
-
-def add_trust_flags(p: argparse.ArgumentParser) -> None:
-    """``--trust-policy`` and ``--trust-mode`` (``init`` and ``verify``)."""
-    p.add_argument("--trust-policy", help="JSON file: trusted signing keys and their scopes (see README, Trust)")
-    p.add_argument("--trust-mode", choices=["enforce", "warn", "off"],
-                   help="override the policy's mode (default: the policy's, else off)")
 
 
 def _sub(sub: Any, name: str, help_text: str, func: Any) -> argparse.ArgumentParser:
@@ -251,7 +179,7 @@ def _stop_on_signals() -> None:
 
 def cmd_key(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm key`` and ``trtwarm key --explain``."""
-    from trtwarm.warm import resolve
+    from trtwarm.plan import resolve
 
     plan = resolve(Settings.from_namespace(ns, environ))
     if ns.explain:
@@ -364,4 +292,4 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         return exit_code_for(error)
 
 
-__all__ = ["COMMANDS", "add_init_flags", "add_run_flags", "add_trust_flags", "main"]
+__all__ = ["COMMANDS", "main"]

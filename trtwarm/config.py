@@ -8,8 +8,8 @@ Flag ``--lock-timeout`` is also ``TRTWARM_LOCK_TIMEOUT``; a flag on the command 
 from __future__ import annotations
 
 import argparse
-import re
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path

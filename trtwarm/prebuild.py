@@ -78,7 +78,7 @@ class _RowParser(argparse.ArgumentParser):
 
 def settings_for(flags: list[str], environ: Mapping[str, str], **extra: Any) -> Settings:
     """Parse one row's flags with ``init``'s parser (same validation) into Settings; *extra* overrides."""
-    from trtwarm.cli import add_init_flags, add_run_flags
+    from trtwarm.flags import add_init_flags, add_run_flags
 
     parser = _RowParser(prog="trtwarm prebuild", add_help=False)
     add_init_flags(parser)
@@ -92,7 +92,8 @@ def settings_for(flags: list[str], environ: Mapping[str, str], **extra: Any) -> 
 
 def _one(label: str, settings: Settings, sync: RemoteSync) -> str:
     """Build and push one row unless the remote has it. :return: what happened"""
-    from trtwarm.warm import resolve, warm
+    from trtwarm.plan import resolve
+    from trtwarm.warm import warm
 
     plan = resolve(settings)
     if sync.repo.get_ref(plan.key) is not None:

@@ -17,7 +17,6 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from trtwarm.config import Identity
 from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS, atomic_write_json
