@@ -106,6 +106,17 @@ def ort_init_args(model: Path, cache: Path, handoff: Path, *extra: str) -> list[
     return ["init", "--builder", "onnxruntime", "--model", str(model), "--cache-dir", str(cache),
             "--handoff-dir", str(handoff), "--shape", "input=1x16:8x16:32x16", *extra]
 
+def gated_build(model: Path, cache: Path, tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
+    """Start an init whose build waits until the returned gate file is removed: a build provably in progress."""
+    gate = tmp_path / "gate"
+    gate.touch()
+    command = f"sh -c 'while [ -e {gate} ]; do sleep 0.05; done; cp {{model}} {{output}}'"
+    args = ["init", "--builder", "command", "--builder-version", "t", "--build-command", command, "--device", "cpu",
+            "--model", str(model), "--cache-dir", str(cache), "--handoff-dir", str(tmp_path / "hb")]
+    proc = subprocess.Popen([sys.executable, "-m", "trtwarm", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env_for())
+    return proc, gate
+
 
 def entries(cache: Path) -> list[Path]:
     """Published entry directories."""

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import json
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import cmd_init_args, copy_command, entries, run_trtwarm, wait_until
+from conftest import cmd_init_args, copy_command, entries, gated_build, run_trtwarm, wait_until
 
 from trtwarm.demo import make_model
 
@@ -121,13 +119,7 @@ def test_ls_filters_by_model_builder_device_and_status(model: Path, long_model: 
 
 
 def test_ls_json_lists_a_build_in_progress(model: Path, cache: Path, tmp_path: Path) -> None:
-    gate = tmp_path / "gate"
-    gate.touch()
-    command = f"sh -c 'while [ -e {gate} ]; do sleep 0.05; done; cp {{model}} {{output}}'"
-    args = ["init", "--builder", "command", "--builder-version", "t", "--build-command", command, "--device", "cpu",
-            "--model", str(model), "--cache-dir", str(cache), "--handoff-dir", str(tmp_path / "hb")]
-    proc = subprocess.Popen([sys.executable, "-m", "trtwarm", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc, gate = gated_build(model, cache, tmp_path)
     try:
         wait_until(lambda: (cache / ".staging").is_dir() and any((cache / ".staging").iterdir()), what="build")
         rows = json.loads(run_trtwarm("ls", "--cache-dir", str(cache), "--json").stdout)

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import cmd_init_args, entries, run_trtwarm, wait_until
+from conftest import cmd_init_args, entries, gated_build, run_trtwarm, wait_until
 
 from trtwarm.key import sanitize
 from trtwarm.volume.store import check_entry
@@ -104,13 +104,7 @@ def test_dry_run_and_non_interactive_without_yes_change_nothing(three: list[dict
 
 
 def test_gc_never_touches_a_build_in_progress(model: Path, cache: Path, tmp_path: Path) -> None:
-    gate = tmp_path / "gate"
-    gate.touch()
-    command = f"sh -c 'while [ -e {gate} ]; do sleep 0.05; done; cp {{model}} {{output}}'"
-    args = ["init", "--builder", "command", "--builder-version", "t", "--build-command", command, "--device", "cpu",
-            "--model", str(model), "--cache-dir", str(cache), "--handoff-dir", str(tmp_path / "hb")]
-    proc = subprocess.Popen([sys.executable, "-m", "trtwarm", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc, gate = gated_build(model, cache, tmp_path)
     wait_until(lambda: (cache / ".staging").is_dir() and any((cache / ".staging").iterdir()), what="build started")
     listing = run_trtwarm("ls", "--cache-dir", str(cache))
     assert "building" in listing.stdout and "1 building" in listing.stdout
