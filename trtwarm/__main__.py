@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
+from trtwarm.cli import run
 
-from trtwarm.cli import main
-
-sys.exit(main())
+run()
