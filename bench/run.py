@@ -367,7 +367,7 @@ def _only_trust() -> int:
     readme = ROOT / "README.md"
     text = readme.read_text()
     if re.search(r"^\| hit with signature check.*$", text, flags=re.M):
-        text = re.sub(r"^\| hit with signature check.*$", lambda m: row, text, count=1, flags=re.M)
+        text = re.sub(r"(^\| hit with signature check.*\n)+", lambda m: row + "\n", text, count=1, flags=re.M)
     else:
         text = text.replace("<!-- /bench -->", row + "\n<!-- /bench -->")
     readme.write_text(text)

@@ -254,3 +254,30 @@ def test_enforce_without_a_signing_key_waits_and_says_why(model: Path, cache: Pa
     assert "--read-only" not in waited.stderr  # this Pod was not started --read-only: the message says the real reason
     assert "no signed engine for" in waited.stderr and "give this Pod --signing-key" in waited.stderr
     assert entries(cache) == []  # it built nothing it would itself refuse
+
+
+def test_a_signature_verified_before_on_this_node_is_trusted_only_for_the_same_bytes_and_keys(
+        model: Path, cache: Path, tmp_path: Path) -> None:
+    """``--verify stamp`` records each signature it verified in the node-local stamp directory; a later hit with the
+    same manifest, envelope and trusted keys skips the check, and any change is checked afresh (README, Trust)."""
+    private, public = keypair(tmp_path, "ci")
+    _stranger_private, stranger = keypair(tmp_path, "stranger")
+    assert run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h0", "--signing-key", str(private))).returncode == 0
+    [entry] = entries(cache)
+    stamps = tmp_path / "node-stamps"
+    consumer = ("--read-only", "--verify", "stamp", "--stamp-dir", str(stamps), "--trust-policy")
+
+    def hit(trusted: Path, handoff: str):  # noqa: ANN202
+        return run_trtwarm(*cmd_init_args(model, cache, tmp_path / handoff, *consumer, str(trusted)))
+
+    first = hit(policy(tmp_path, "enforce", public), "h1")
+    assert first.summary["result"] == "hit" and "verified before" not in first.stderr, first.stderr
+    assert len(list(stamps.glob("sig-*.json"))) == 1
+    second = hit(policy(tmp_path, "enforce", public), "h2")
+    assert second.summary["result"] == "hit" and "signature verified before on this node" in second.stderr
+    revoked = hit(policy(tmp_path, "enforce", stranger), "h3")  # the ci key rotated out: its record means nothing
+    assert revoked.returncode == 7 and "not signed by a trusted key" in revoked.stderr, revoked.stderr
+    _tamper(entry, b"not an engine")
+    altered = hit(policy(tmp_path, "enforce", public), "h4")
+    assert altered.returncode == 7 and "signed statement does not match manifest.json" in altered.stderr
+    assert entries(cache) == [entry]  # a read-only consumer moves nothing

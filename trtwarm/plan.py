@@ -98,6 +98,7 @@ def resolve(settings: Settings) -> Plan:
     gate.require_signer_trusted(name, key)
     stamps = StampBook(settings.stamp_dir, settings.stamp_max_age) if settings.verify == "stamp" and \
         settings.stamp_dir else None
+    gate.verdicts = stamps  # signatures verified before on this node are recorded beside the stamps
     return Plan(settings, layout, builder, facts, doc, key, name, {"key": time.monotonic() - start}, gate=gate,
                 stamps=stamps)
 

@@ -192,8 +192,10 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
     """Run ``trtwarm init``: return the report after writing the hand-off. :raises TrtwarmError: see errors."""
     start = time.monotonic()
     remote = _remote(settings, events)
-    if settings.trust_policy is not None and settings.trust_mode != "off":
-        keys.preload()  # the verifier's import overlaps with the key and the hashing (README, Benchmarks)
+    if settings.trust_policy is not None and settings.trust_mode != "off" and settings.verify != "stamp":
+        # the verifier's import overlaps with the key and the hashing (README, Benchmarks); under --verify stamp a
+        # signature this node verified before is not checked again, and nothing is hashed to overlap with
+        keys.preload()
     handoff.clear(settings.handoff_dir)
     if not settings.read_only and not Layout(settings.cache_dir).statcache.is_dir():
         with contextlib.suppress(VolumeError):  # surfaces again, with its reason, if a build turns out to be needed

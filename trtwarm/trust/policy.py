@@ -20,6 +20,7 @@ Pod fails with :class:`~trtwarm.errors.TrustError` (exit 7). The gate runs befor
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import logging
 from dataclasses import dataclass, field
@@ -115,6 +116,8 @@ class Gate:
     signer: tuple[Any, str] | None = None  # (private key, key id)
     can_replace: bool = False  # may quarantine and rebuild an untrusted entry
     _loaded: dict[str, Any] = field(default_factory=dict)
+    #: node-local record of signatures verified before (a :class:`~trtwarm.volume.stamps.StampBook`), or None
+    verdicts: Any = None
 
     @classmethod
     def create(cls, policy_path: Path | None, mode: str | None, signing_key: Path | None = None,
@@ -144,18 +147,30 @@ class Gate:
 
     def status(self, entry: Entry, signature: dict[str, Any] | None = None) -> tuple[bool, str]:
         """``(True, signer key id)`` when a key trusted for *entry* signed exactly its manifest, else
-        ``(False, reason)``. *signature*: the envelope when it is not on the volume (yet): a remote ref's."""
+        ``(False, reason)``. *signature*: the envelope when it is not on the volume (yet): a remote ref's.
+
+        With :attr:`verdicts` (``--verify stamp``), a signature this node verified before for the same envelope,
+        manifest and trusted keys is not checked again (see :meth:`trtwarm.volume.stamps.StampBook.signer`).
+        """
         try:
             doc = signature or json.loads(read_bounded(entry.path / SIGNATURE, SIGNATURE_LIMIT))
         except FileNotFoundError:
             return False, "unsigned (no manifest.sig.json)"
         except (OSError, TooLarge, ValueError, UnicodeDecodeError):
             return False, "manifest.sig.json is unreadable, huge or not JSON"
-        trusted = {kid: self._public(kid, pem) for kid, pem in self.policy.trusted_for(entry.name, entry.key).items()}
+        pems = self.policy.trusted_for(entry.name, entry.key)
+        expected = envelope.statement(entry.manifest, entry.files)
+        fingerprint = _fingerprint(doc, expected, pems) if self.verdicts is not None else None
+        if fingerprint and (known := self.verdicts.signer(fingerprint)) in pems:
+            return True, known
+        trusted = {kid: self._public(kid, pem) for kid, pem in pems.items()}
         try:
-            return True, envelope.verify(doc, envelope.statement(entry.manifest, entry.files), trusted)
+            signer = envelope.verify(doc, expected, trusted)
         except envelope.BadSignature as exc:
             return False, exc.reason
+        if fingerprint:
+            self.verdicts.record_signer(fingerprint, signer)
+        return True, signer
 
     def _public(self, kid: str, pem: bytes) -> Any:
         if kid not in self._loaded:
@@ -198,6 +213,13 @@ class Gate:
         if self.signer is None:
             return None
         return envelope.sign(envelope.statement(manifest, files), self.signer[0], self.signer[1], existing)
+
+
+def _fingerprint(doc: Any, expected: dict[str, Any], pems: dict[str, bytes]) -> str:
+    """The SHA-256 of everything a signature verdict depends on: the envelope, the expected statement, the key ids
+    (each the SHA-256 of its key) trusted for the entry."""
+    material = json.dumps([doc, expected, sorted(pems)], sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(material.encode()).hexdigest()
 
 
 __all__ = ["MODES", "Gate", "Policy", "TrustedKey", "UntrustedEntry"]

@@ -18,6 +18,12 @@ Threat model (next to signing's, see README "Verification"):
 * **What a stamp proves.** Only "this file still holds the bytes that hashed to D on this node". It never replaces
   the manifest's digest: a hit is accepted only when the stamp's digest equals the digest the manifest (and, with
   signing, its verified signature) names, so stamps compose with signatures per file of the manifest.
+* **Signatures verified before.** Under a trust policy, the same directory also records each signature this node
+  verified (``sig-<fingerprint>.json``): the fingerprint is the SHA-256 of the envelope, of the statement rebuilt
+  from the manifest on the volume, and of the ids of the keys the policy trusts for the entry, so the record is the
+  verdict of exactly those inputs. A later hit that reads the same manifest and envelope under the same keys skips
+  the Ed25519 check (and importing ``cryptography``, most of its cost); anything altered is checked afresh. Only
+  valid signatures are recorded, under the same ownership rules and ``--stamp-max-age`` as stamps.
 * **Outside the model.** Someone who can set a file's ctime (root with the clock or the raw device, an NFS server's
   administrator) or write the node's stamp directory. Silent media corruption does not change ctime either: a stamp
   is trusted for ``--stamp-max-age`` (1 day) only, so every node re-hashes each engine it uses at least daily, and
@@ -63,7 +69,7 @@ class StampBook:
 
     def __init__(self, directory: Path, max_age: float = MAX_AGE_SECONDS) -> None:
         self.directory, self.max_age = Path(directory), max_age
-        self.vouched = self.hashed = self.hashed_bytes = 0
+        self.vouched = self.hashed = self.hashed_bytes = self.signatures_vouched = 0
         self._usable: bool | None = None
 
     def usable(self) -> bool:
@@ -104,7 +110,15 @@ class StampBook:
         return self.directory / f"{st.st_dev:x}-{st.st_ino:x}.json"
 
     def _vouches(self, st: os.stat_result, expected: str) -> bool:
-        record = self._record_path(st)
+        doc = self._read(self._record_path(st))
+        return (doc is not None and doc.get("stat") == identity(st) and doc.get("sha256") == expected
+                and self._fresh(doc))
+
+    def _fresh(self, doc: dict) -> bool:
+        return isinstance(doc.get("at"), (int, float)) and 0 <= time.time() - doc["at"] < self.max_age
+
+    def _read(self, record: Path) -> dict | None:
+        """A record of this directory, or None: missing, unreadable, or not safely owned (then with a warning)."""
         try:
             fd = os.open(record, os.O_RDONLY | os.O_NOFOLLOW)
             try:
@@ -113,15 +127,39 @@ class StampBook:
                 os.close(fd)
             doc = json.loads(read_bounded(record, _LIMIT))
         except FileNotFoundError:
-            return False
+            return None
         except (OSError, TooLarge, ValueError) as exc:
             log.debug("ignoring unreadable stamp %s: %s", record, exc)
-            return False
+            return None
         if not _owned_safely(owner):
             log.warning("ignoring stamp %s: writable by others or owned by uid %d", record, owner.st_uid)
-            return False
-        return (isinstance(doc, dict) and doc.get("stat") == identity(st) and doc.get("sha256") == expected
-                and isinstance(doc.get("at"), (int, float)) and 0 <= time.time() - doc["at"] < self.max_age)
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    def signer(self, fingerprint: str) -> str | None:
+        """The key id that signed what *fingerprint* names, when this node verified that signature before (within
+        ``max_age``); None otherwise. *fingerprint* is the SHA-256 of everything the verdict depends on: the envelope,
+        the statement rebuilt from the manifest, and the trusted keys (:meth:`trtwarm.trust.policy.Gate.status`)."""
+        if not self.usable():
+            return None
+        doc = self._read(self.directory / f"sig-{fingerprint}.json")
+        if doc is None or doc.get("fingerprint") != fingerprint or not self._fresh(doc) \
+                or not isinstance(doc.get("signer"), str):
+            return None
+        self.signatures_vouched += 1
+        return doc["signer"]
+
+    def record_signer(self, fingerprint: str, signer: str) -> None:
+        """Remember that the signature named by *fingerprint* verified with the key *signer* (best effort)."""
+        if not self.usable():
+            return
+        try:
+            atomic_write_json(self.directory / f"sig-{fingerprint}.json",
+                              {"fingerprint": fingerprint, "signer": signer, "at": time.time()}, 0o600, durable=False)
+        except OSError as exc:  # a lost record costs one signature check on the next hit, nothing more
+            if exc.errno not in READ_ONLY_ERRNOS | FULL_ERRNOS:
+                raise
+            log.debug("signature record not written: %s", exc.strerror)
 
     def _record(self, path: Path, before: os.stat_result, digest: str) -> None:
         now = time.time()
@@ -140,7 +178,8 @@ class StampBook:
 
     def summary(self) -> str:
         """``N by stamp, M hashed (B bytes)`` for the log."""
-        return f"{self.vouched} file(s) by stamp, {self.hashed} hashed ({self.hashed_bytes} bytes)"
+        text = f"{self.vouched} file(s) by stamp, {self.hashed} hashed ({self.hashed_bytes} bytes)"
+        return text + (", signature verified before on this node" if self.signatures_vouched else "")
 
 
 __all__ = ["MAX_AGE_SECONDS", "RACY_SECONDS", "StampBook", "identity"]
