@@ -99,6 +99,23 @@ def test_engine_values_become_init_flags() -> None:
         assert expected in args
 
 
+def test_stamped_hits_can_share_a_node_directory_of_stamps() -> None:
+    """``engine.verify: stamp`` with ``engine.stamps.hostPath``: the init keeps its stamps (and the signatures it
+    verified) in that node directory, which no other container mounts; without it they go to the hand-off emptyDir."""
+    spec = pod_spec(objects(render({"engine": {"verify": "stamp", "stamps": {"hostPath": "/var/lib/trtwarm/stamps",
+                                                                              "maxAge": "12h"}}})))
+    init = container(spec, "trtwarm-init")
+    assert flag(init, "verify") == "stamp" and flag(init, "stamp-max-age") == "12h"
+    assert mounts(init)["trtwarm-stamps"] == flag(init, "stamp-dir")
+    [volume] = [v for v in spec["volumes"] if v["name"] == "trtwarm-stamps"]
+    assert volume["hostPath"] == {"path": "/var/lib/trtwarm/stamps", "type": "Directory"}  # made by the node's owner
+    assert all("trtwarm-stamps" not in mounts(c) for c in spec["containers"])  # the server cannot write stamps
+    default = container(pod_spec(objects(render({"engine": {"verify": "stamp"}}))), "trtwarm-init")
+    assert flag(default, "stamp-dir") is None and "trtwarm-stamps" not in mounts(default)
+    with pytest.raises(helm.HelmError, match="engine.stamps.hostPath needs engine.verify=stamp"):
+        render({"engine": {"stamps": {"hostPath": "/var/lib/trtwarm/stamps"}}})
+
+
 def test_several_profiles_become_profile_flags_and_do_not_mix_with_shapes() -> None:
     profiles = ["ids=1x1:1x128:1x512;mask=1x1:1x128:1x512", "ids=8x1:8x128:8x512;mask=8x1:8x128:8x512"]
     args = container(pod_spec(objects(render({"engine": {"profiles": profiles}}))), "trtwarm-init")["args"]
@@ -297,7 +314,7 @@ def test_the_pss_checker_catches_what_the_old_defaults_did() -> None:
     spec = pod_spec(objects(render({"cache": {"fixPermissions": {"enabled": True}}})))
     assert "trtwarm-fix-permissions: adds capability CHOWN" in restricted(spec) and baseline(spec) == []
     hostpath = pod_spec(objects(render(values_of(CHART / "ci" / "hostpath-values.yaml"))))
-    assert baseline(hostpath) == ["volume trtwarm-cache: hostPath"]
+    assert baseline(hostpath) == ["volume trtwarm-cache: hostPath", "volume trtwarm-stamps: hostPath"]
 
 
 def test_escape_hatches_reach_the_pod_and_validate() -> None:

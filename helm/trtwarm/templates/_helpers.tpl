@@ -177,6 +177,11 @@ value stay part of the argument). */}}
 {{- $a = append $a (printf "--ort-provider=%v" $e.ortProvider) -}}
 {{- end -}}
 {{- $a = append $a (printf "--verify=%v" $e.verify) -}}
+{{- if eq $e.verify "stamp" }}{{ $a = append $a (printf "--stamp-max-age=%v" $e.stamps.maxAge) }}{{ end -}}
+{{- if $e.stamps.hostPath -}}
+{{- if ne $e.verify "stamp" }}{{ fail "engine.stamps.hostPath needs engine.verify=stamp (only stamped hits use it)" }}{{ end -}}
+{{- $a = append $a "--stamp-dir=/var/lib/trtwarm-stamps" -}}
+{{- end -}}
 {{- $a = append $a (printf "--lock-mode=%v" $e.lockMode) -}}
 {{- $a = append $a (printf "--lock-timeout=%v" $e.lockTimeout) -}}
 {{- if or $e.readOnly (and .Values.remote.url .Values.remote.pullOnly) }}{{ $a = append $a "--read-only" }}{{ end -}}
@@ -248,6 +253,10 @@ the same GPU. */}}
     {{- include "trtwarm.trustMounts" . | nindent 4 }}
     - name: trtwarm-handoff
       mountPath: {{ .Values.handoff.mountPath }}
+    {{- if .Values.engine.stamps.hostPath }}
+    - name: trtwarm-stamps
+      mountPath: /var/lib/trtwarm-stamps
+    {{- end }}
     - name: trtwarm-tmp
       mountPath: /tmp
     {{- if .Values.engine.model.volume }}
@@ -473,6 +482,12 @@ volumes:
       sizeLimit: 16Mi
   - name: trtwarm-tmp
     emptyDir: {}
+  {{- with .Values.engine.stamps.hostPath }}
+  - name: trtwarm-stamps
+    hostPath:
+      path: {{ . }}
+      type: Directory
+  {{- end }}
   {{- with .Values.engine.model.volume }}
   - name: trtwarm-model
     {{- /* read-only: the kubelet then leaves its ownership alone (fsGroup would re-own a shared model volume) */}}
