@@ -93,6 +93,10 @@ def _prepare_hit(work: Path, model: Path, size: int) -> tuple[list[str], Path]:
     return argv, next((cache / "entries").iterdir()) / "engine.plan"
 
 
+#: context for the small-hit row: a process that only imports the standard modules a hit needs, and exits
+STDLIB_FLOOR = "import argparse, dataclasses, hashlib, json, logging, pathlib"
+
+
 def bench_hit(work: Path, sizes: list[int], repeat: int = 7, skip_digest: tuple[int, ...] = ()) -> dict[str, object]:
     """Hit wall time per engine size under digest (vs read + hash) and stamp, and the ``python -c pass`` floor.
 
@@ -103,6 +107,7 @@ def bench_hit(work: Path, sizes: list[int], repeat: int = 7, skip_digest: tuple[
     times: dict[str, list[float]] = {}
     for _ in range(repeat):
         times.setdefault("floor", []).append(_timed([sys.executable, "-c", "pass"]))
+        times.setdefault("stdlib", []).append(_timed([sys.executable, "-c", STDLIB_FLOOR]))
         for size, (argv, _engine) in prepared.items():
             times.setdefault(f"stamp-{size}", []).append(_timed([*argv, "--verify", "stamp"]))
     for size, (argv, engine) in prepared.items():
@@ -118,7 +123,7 @@ def bench_hit(work: Path, sizes: list[int], repeat: int = 7, skip_digest: tuple[
     rows = [{"bytes": size, "stamp_s": med[f"stamp-{size}"],
              **({"digest_s": med[f"digest-{size}"], "hash_floor_s": med[f"hash-{size}"]}
                 if f"digest-{size}" in med else {})} for size in sizes]
-    return {"floor_s": med["floor"], "sizes": rows}
+    return {"floor_s": med["floor"], "stdlib_floor_s": med["stdlib"], "sizes": rows}
 
 
 def bench_storm(work: Path, counts: list[int]) -> list[dict[str, object]]:
