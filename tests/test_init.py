@@ -57,6 +57,21 @@ def test_termination_message_is_written_when_the_log_exists(model: Path, cache: 
     assert doc["result"] == "built" and len(term.read_bytes()) <= 4096
 
 
+def test_a_long_error_with_a_build_log_still_fits_the_termination_message(tmp_path: Path) -> None:
+    """Kubernetes keeps 4 KiB of a termination message: the log tail goes first, then the error is cut (this once
+    looped forever when the error alone was longer than the limit, and the failing init never exited)."""
+    from trtwarm.handoff import termination_message
+
+    term = tmp_path / "termination-log"
+    term.write_text("")
+    termination_message(term, {"result": "error", "exit_code": 4, "error": "E" * 9000, "log_tail": "L" * 9000})
+    doc = json.loads(term.read_text())
+    assert len(term.read_bytes()) <= 4096 and doc["exit_code"] == 4 and doc["error"].startswith("EEEE")
+    termination_message(term, {"result": "error", "error": "short", "log_tail": "first\n" + "L" * 9000 + "\nlast"})
+    doc = json.loads(term.read_text())
+    assert doc["error"] == "short" and doc["log_tail"].endswith("\nlast") and len(term.read_bytes()) <= 4096
+
+
 def test_flags_can_come_from_environment(model: Path, cache: Path, tmp_path: Path) -> None:
     env = {"TRTWARM_MODEL": str(model), "TRTWARM_CACHE_DIR": str(cache), "TRTWARM_BUILDER": "onnxruntime",
            "TRTWARM_HANDOFF_DIR": str(tmp_path / "h"), "TRTWARM_SHAPE": "input=1x16:8x16:32x16"}

@@ -120,11 +120,14 @@ def clear(handoff_dir: Path) -> None:
 def _fit(doc: dict[str, Any]) -> str:
     """JSON of *doc* within :data:`TERMINATION_LIMIT` bytes, shortening ``log_tail`` and then ``error``."""
     doc = dict(doc)
+    text = json.dumps(doc, separators=(",", ":"))
     for field_name in ("log_tail", "error"):
-        while len(text := json.dumps(doc, separators=(",", ":"))) > TERMINATION_LIMIT and doc.get(field_name):
+        while len(text) > TERMINATION_LIMIT and doc.get(field_name):
             value = str(doc[field_name])
-            doc[field_name] = value[len(value) // 2 :] if field_name == "log_tail" else value[: len(value) // 2]
-    return json.dumps(doc, separators=(",", ":"))
+            # the tail keeps its end, the error its start; each halving strictly shortens, so this ends
+            doc[field_name] = value[(len(value) + 1) // 2 :] if field_name == "log_tail" else value[: len(value) // 2]
+            text = json.dumps(doc, separators=(",", ":"))
+    return text
 
 
 def termination_message(path: Path, doc: dict[str, Any]) -> None:
