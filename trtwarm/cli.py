@@ -21,7 +21,6 @@ from trtwarm.errors import (
     BuildError,
     ConfigError,
     Interrupted,
-    Terminated,
     TrtwarmError,
     exit_code_for,
     hint_for,
@@ -78,6 +77,15 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
                                      epilog=exit_codes_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"trtwarm {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _init_commands(sub, only)
+    _tool_commands(sub, only)
+    _small_commands(sub)
+    annotate_env(parser)
+    return parser
+
+
+def _init_commands(sub: Any, only: str | None) -> None:
+    """``init`` and the two commands that take its flags: ``key`` and ``warm``."""
     init = _sub(sub, "init", "init-container entrypoint: hit, wait or build once", cmd_init)
     key = _sub(sub, "key", "print the key document and key without building; --explain: why did my Pod rebuild?",
                cmd_key)
@@ -91,6 +99,10 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         _key_flags(key)
     if only in (None, "warm"):
         _warm_flags(warm)
+
+
+def _tool_commands(sub: Any, only: str | None) -> None:
+    """The sidecar, the lifecycle and signing commands, the remote repository: each defined only when asked for."""
     if only in (None, "sidecar"):
         from trtwarm.sidecar.server import add_parser
 
@@ -109,6 +121,10 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
         from trtwarm.remote_cli import add_parsers as add_remote_parsers
 
         add_remote_parsers(sub)
+
+
+def _small_commands(sub: Any) -> None:
+    """``selftest``, ``demo`` and ``completion``."""
     selftest = _sub(sub, "selftest", "on a GPU node: identity, versions, build, load and run a tiny engine",
                     cmd_selftest)
     selftest.add_argument("--workdir", help="keep the model, cache and engines here (default: a temporary directory)")
@@ -119,8 +135,6 @@ def _parser(only: str | None = None) -> argparse.ArgumentParser:
     completion = _sub(sub, "completion", "print a shell completion script: source <(trtwarm completion bash)",
                       cmd_completion)
     completion.add_argument("shell", choices=["bash", "zsh"])
-    annotate_env(parser)
-    return parser
 
 
 def _apply_env(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
@@ -152,29 +166,6 @@ def cmd_init(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     handoff.termination_message(settings.termination_log, summary)
     print(json.dumps(summary, separators=(",", ":")), flush=True)
     return 0
-
-
-def _stop_on_signals() -> None:
-    """Turn the first SIGTERM or SIGINT into :class:`Terminated` / :class:`Interrupted`, raised in the main thread:
-    the code unwinding it stops a build's process group, removes the staging directory and releases the locks, and
-    :func:`main` writes the termination message and exits 143 / 130. A second signal during that cleanup is only
-    logged, so the cleanup itself is not cut short (the kubelet's SIGKILL after the grace period still is)."""
-    import signal
-
-    stopping: list[int] = []
-
-    def handler(signum: int, _frame: object) -> None:
-        if stopping:
-            log.warning("%s again: still stopping", signal.Signals(signum).name)
-            return
-        stopping.append(signum)
-        name = signal.Signals(signum).name
-        log.warning("%s received: stopping (a build in progress is stopped and its staging directory removed)",
-                    name)
-        raise (Terminated if signum == signal.SIGTERM else Interrupted)(f"init stopped by {name}")
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, handler)
 
 
 def cmd_key(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
@@ -262,7 +253,9 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     args = list(sys.argv[1:] if argv is None else argv)
     command = args[0] if args and args[0] in COMMANDS else None
     if command == "init":  # as early as possible: a Pod deleted while its init starts still gets the message
-        _stop_on_signals()
+        from trtwarm.stopping import stop_on_signals
+
+        stop_on_signals()
     try:
         if args and not args[0].startswith("-") and args[0] not in COMMANDS:
             raise unknown_command(args[0], COMMANDS)

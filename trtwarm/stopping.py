@@ -1,0 +1,34 @@
+"""Stopping ``trtwarm init`` cleanly: the Pod's SIGTERM (or a terminal's SIGINT) becomes an exception."""
+
+from __future__ import annotations
+
+import logging
+import signal
+
+from trtwarm.errors import Interrupted, Terminated
+
+log = logging.getLogger("trtwarm")
+
+
+def stop_on_signals() -> None:
+    """Turn the first SIGTERM or SIGINT into :class:`Terminated` / :class:`Interrupted`, raised in the main thread:
+    the code unwinding it stops a build's process group, removes the staging directory and releases the locks, and
+    :func:`trtwarm.cli.main` writes the termination message and exits 143 / 130. A second signal during that cleanup
+    is only logged, so the cleanup itself is not cut short (the kubelet's SIGKILL after the grace period still is)."""
+    stopping: list[int] = []
+
+    def handler(signum: int, _frame: object) -> None:
+        if stopping:
+            log.warning("%s again: still stopping", signal.Signals(signum).name)
+            return
+        stopping.append(signum)
+        name = signal.Signals(signum).name
+        log.warning("%s received: stopping (a build in progress is stopped and its staging directory removed)",
+                    name)
+        raise (Terminated if signum == signal.SIGTERM else Interrupted)(f"init stopped by {name}")
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handler)
+
+
+__all__ = ["stop_on_signals"]
