@@ -107,6 +107,18 @@ def test_zsh_completion_is_valid_zsh() -> None:
     subprocess.run(["zsh", "-n", "-c", run.stdout], check=True)
 
 
+def test_zsh_completion_offers_the_entry_names_after_show_and_rm(model: Path, cache: Path, tmp_path: Path) -> None:
+    if shutil.which("zsh") is None:
+        pytest.skip("zsh is not installed here")
+    built = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h"))
+    script = run_trtwarm("completion", "zsh").stdout
+    assert "'*:entry:_trtwarm_entries'" in script  # after show and rm, in place of file names
+    program = (f"{script}\nwords=(trtwarm show --cache-dir {cache} ''); _trtwarm_entry_names; print -l $reply\n"
+               f"words=(trtwarm rm --cache-dir {tmp_path / 'none'} ''); _trtwarm_entry_names; print -l -- - $reply")
+    out = subprocess.run(["zsh", "-f", "-c", program], capture_output=True, text=True, check=True).stdout.split()
+    assert out == [built.summary["name"], "-"]  # a missing cache offers nothing, and says nothing
+
+
 def test_a_bad_sidecar_variable_points_to_the_sidecar_help() -> None:
     run = run_trtwarm("sidecar", env={"TRTWARM_PORT": "ninety"})
     assert run.returncode == 2 and "TRTWARM_PORT='ninety' is not an integer" in run.stderr
