@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, cmd_init_args, entries, run_trtwarm
+from conftest import ROOT, cmd_init_args, entries, env_for, run_trtwarm, trtwarm_argv
 
 from trtwarm.cli import COMMANDS, _parser
 from trtwarm.config import env_name
@@ -170,3 +170,32 @@ def test_demo_removes_its_temporary_directory(tmp_path: Path) -> None:
     assert "run 2: hit " in run.stdout and " ms  demo-mlp_" in run.stdout
     assert "(temporary, removed at the end)" in run.stdout
     assert list(tmp_path.glob("trtwarm-demo-*")) == []
+
+
+def _with_stdout(args: list[str], stdout: str) -> subprocess.CompletedProcess:
+    """Run trtwarm with standard output closed (``closed``), on a full device (``full``), or into a pipe whose
+    reader is already gone (``gone``)."""
+    argv = trtwarm_argv(*args)
+    if stdout == "gone":
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env_for(None))
+        proc.stdout.close()  # the reader leaves before the command writes anything
+        return subprocess.CompletedProcess(argv, proc.wait(60), "", proc.stderr.read())
+    redirect = ">&-" if stdout == "closed" else ">/dev/full"
+    return subprocess.run(["sh", "-c", f'exec {redirect}; exec "$@"', "sh", *argv], capture_output=True, text=True,
+                          env=env_for(None), timeout=60, check=False)
+
+
+def test_standard_output_that_cannot_be_written_is_never_blamed_on_the_volume(model: Path, cache: Path,
+                                                                              tmp_path: Path) -> None:
+    assert run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h")).returncode == 0
+    for how in ("closed", "full"):  # a hit is a hit: the summary is also in engine.json
+        run = _with_stdout(cmd_init_args(model, cache, tmp_path / how), how)
+        assert run.returncode == 0 and "Traceback" not in run.stderr, (how, run.stderr)
+        assert json.loads((tmp_path / how / "engine.json").read_text())["ready"] is True
+    full = _with_stdout(["ls", "--cache-dir", str(cache)], "full")
+    assert full.returncode == 14 and "cannot write the output: No space left" in full.stderr
+    assert "hint:" in full.stderr and "volume" not in full.stderr and "Traceback" not in full.stderr
+    assert _with_stdout(["ls", "--cache-dir", str(cache)], "gone").returncode == 0  # `ls | head`: fine
+    cut = _with_stdout(["verify", "--cache-dir", str(cache)], "gone")  # `verify | head` must not read as "all ok"
+    assert cut.returncode == 14 and "cut short" in cut.stderr and "hint:" in cut.stderr, cut.stderr
+    assert _with_stdout(["ls", "--cache-dir", str(cache)], "closed").returncode == 0

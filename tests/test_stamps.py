@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from conftest import cmd_init_args, entries, run_trtwarm
 
 from trtwarm.volume.stamps import RACY_SECONDS, StampBook, identity
@@ -86,7 +88,7 @@ def test_a_stamp_in_a_directory_others_can_write_is_not_trusted(model: Path, cac
     os.chmod(stamps, 0o777)  # e.g. a stamp directory placed on a volume that other Pods write
     _forge(stamps, engine)
     run = _stamped_hit(model, cache, tmp_path, "--stamp-dir", str(stamps))
-    assert "ignoring stamps in" in run.stderr and "writable by others" in run.stderr
+    assert "ignoring stamps in" in run.stderr and "others may write it (mode 0777" in run.stderr
     assert run.summary["result"] == "built" and "engine SHA-256 does not match" in run.stderr
 
 
@@ -112,3 +114,40 @@ def test_a_stamp_is_trusted_for_max_age_only(model: Path, cache: Path, tmp_path:
     assert expired.digest(engine, expected) == expected and (expired.vouched, expired.hashed) == (0, 1)
     # and a stamp never vouches for a digest other than the one the manifest (or its signature) names
     assert book.digest(engine, "0" * 64) != "0" * 64
+
+
+def test_a_stamp_directory_on_the_cache_volume_is_refused(model: Path, cache: Path, tmp_path: Path) -> None:
+    """Whoever can write the volume could forge a stamp for the engine it altered: by path, or through a bind mount
+    of a directory below the cache (a hostPath below the cache's), the init refuses to start (exit 2)."""
+    _built(model, cache, tmp_path)
+    inside = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h", "--verify", "stamp", "--stamp-dir",
+                                        str(cache / "stamps")))
+    assert inside.returncode == 2 and "is on the cache volume" in inside.stderr and "hint:" in inside.stderr
+    handoff = run_trtwarm(*cmd_init_args(model, cache, cache / "handoff"))
+    assert handoff.returncode == 2 and "hand-off directory" in handoff.stderr, handoff.stderr
+    (cache / "below").mkdir()
+    alias = tmp_path / "node-stamps"
+    alias.mkdir()
+    if subprocess.run(["mount", "--bind", str(cache / "below"), str(alias)], capture_output=True).returncode:
+        pytest.skip("cannot bind-mount here (needs root)")
+    try:
+        aliased = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h2", "--verify", "stamp", "--stamp-dir",
+                                             str(alias)))
+    finally:
+        subprocess.run(["umount", str(alias)], check=True)
+    assert aliased.returncode == 2 and "is on the cache volume" in aliased.stderr, aliased.stderr
+    assert not list((cache / "below").iterdir())  # nothing was stamped there
+
+
+def test_a_stamp_that_cannot_be_written_costs_a_hash_and_one_warning_never_the_hit(model: Path, cache: Path,
+                                                                                  tmp_path: Path) -> None:
+    engine = _built(model, cache, tmp_path)
+    stamps = tmp_path / "h" / "stamps"
+    stamps.mkdir(parents=True, mode=0o700)
+    st = engine.stat()
+    (stamps / f"{st.st_dev:x}-{st.st_ino:x}.json").mkdir()  # something in the way of the record
+    run = _stamped_hit(model, cache, tmp_path)
+    assert run.summary["result"] == "hit" and "stamps are not being written" in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr and "unexpected" not in run.stderr
+    again = _stamped_hit(model, cache, tmp_path)
+    assert "0 file(s) by stamp, 1 hashed" in again.stderr  # still verified, by its hash

@@ -16,19 +16,20 @@ from typing import Any, NoReturn
 
 from trtwarm import __version__
 from trtwarm import log as logsetup
-from trtwarm.config import DEFAULT_CACHE_DIR, DEFAULT_HANDOFF_DIR, Settings, env_defaults, termination_log_path
+from trtwarm.config import DEFAULT_CACHE_DIR, DEFAULT_HANDOFF_DIR, Settings, env_defaults
 from trtwarm.errors import (
     BuildError,
     ConfigError,
     Interrupted,
+    OutputError,
     TrtwarmError,
     exit_code_for,
-    hint_for,
     is_volume_errno,
     volume_error,
 )
 from trtwarm.flags import add_init_flags, add_run_flags
 from trtwarm.helptext import annotate_env, exit_codes_epilog, unknown_command
+from trtwarm.output import guarded, report_failure
 
 log = logging.getLogger("trtwarm")
 LIFECYCLE = ("ls", "show", "stats", "verify", "gc", "rm")
@@ -164,7 +165,10 @@ def cmd_init(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     log.info("%s %s in %.3f s: %s", report.result, report.name, report.seconds["total"], report.path)
     summary = report.summary()
     handoff.termination_message(settings.termination_log, summary)
-    print(json.dumps(summary, separators=(",", ":")), flush=True)
+    try:
+        print(json.dumps(summary, separators=(",", ":")), flush=True)
+    except OutputError as exc:  # the engine is handed over; the summary is also in engine.json and the message
+        log.warning("%s; the summary is in %s", exc.message, settings.handoff_dir / handoff.REPORT)
     return 0
 
 
@@ -220,31 +224,6 @@ def cmd_demo(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     return run(Path(ns.cache_dir) if ns.cache_dir else None, Path(ns.workdir) if ns.workdir else None)
 
 
-def _report_failure(ns: argparse.Namespace | None, exc: TrtwarmError, environ: Mapping[str, str],
-                    command: str | None = None) -> None:
-    """Log the error and its hint; for ``init`` (also when its flags did not parse) also the JSON summary on stdout,
-    the termination message and a failure record in ``engine.json``."""
-    log.error("%s", exc.message)
-    hint = hint_for(exc)
-    command = getattr(ns, "command", None) or command
-    if isinstance(exc, ConfigError) and not exc.hint and command not in (None, "init"):
-        hint = f"check the flags and TRTWARM_* environment variables; `trtwarm {command} --help` lists them"
-    if hint:
-        log.error("hint: %s", hint)
-    if command != "init":
-        return
-    doc = {"result": "error", "exit_code": exit_code_for(exc), "error": exc.message, "hint": hint}
-    if isinstance(exc, BuildError) and exc.log_tail:
-        doc["log_tail"] = exc.log_tail
-    from trtwarm import handoff
-
-    settings = getattr(ns, "settings", None)
-    handoff.termination_message(settings.termination_log if settings else termination_log_path(environ), doc)
-    if getattr(ns, "handoff_dir", None):
-        handoff.write_failure(Path(ns.handoff_dir).absolute(), {k: v for k, v in doc.items() if k != "log_tail"})
-    print(json.dumps({k: v for k, v in doc.items() if k != "log_tail"}, separators=(",", ":")), flush=True)
-
-
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     """Run the CLI and return the exit code (see ``trtwarm --help`` for the table)."""
     environ = os.environ if environ is None else environ
@@ -263,16 +242,24 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         _apply_env(parser, environ)
         ns = parser.parse_args(args)
         logsetup.setup(getattr(ns, "log_format", "text"))
-        return int(ns.func(ns, environ))
+        with guarded():
+            return int(ns.func(ns, environ))
+    except OutputError as exc:
+        if exc.closed_pipe:  # `trtwarm ls | head`: the reader has what it wanted, unless the output is the result
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            if command not in REPORTING:
+                return 0
+            exc = OutputError("the output was cut short (the reader closed the pipe): the result was not reported "
+                              "in full", hint="let the command write its whole output (e.g. to a file, then read "
+                              "that), or use --json and a reader that reads to the end")
+        report_failure(ns, exc, environ, command)
+        return exit_code_for(exc)
     except TrtwarmError as exc:
-        _report_failure(ns, exc, environ, command)
+        report_failure(ns, exc, environ, command)
         return exit_code_for(exc)
     except KeyboardInterrupt:  # SIGINT outside init (init turns it into Interrupted itself)
-        _report_failure(ns, Interrupted("interrupted (SIGINT)"), environ, command)
+        report_failure(ns, Interrupted("interrupted (SIGINT)"), environ, command)
         return exit_code_for(Interrupted(""))
-    except BrokenPipeError:  # `trtwarm ls | head`: the reader has what it wanted
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
     except Exception as exc:  # the last resort: one line, the traceback only at debug level
         if is_volume_errno(exc):  # a volume fault no layer translated: still exit 6 with its hint, never exit 1
             error = volume_error(exc, "use")
@@ -281,10 +268,12 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             error = TrtwarmError(f"unexpected error: {type(exc).__name__}: {exc}", hint="this is a bug in trtwarm: "
                                  "please report it with the log above")
             log.debug("traceback", exc_info=True)
-        _report_failure(ns, error, environ, command)
+        report_failure(ns, error, environ, command)
         return exit_code_for(error)
 
 
+#: commands whose output is their result: a reader closing the pipe early makes them fail (exit 14), not succeed
+REPORTING = ("verify", "gc", "rm", "sign")
 #: commands that end with everything they wrote closed, so the process may skip interpreter teardown (see run)
 FAST_EXIT = ("init", "key", *LIFECYCLE)
 
@@ -302,7 +291,8 @@ def run(argv: Sequence[str] | None = None) -> NoReturn:
         logging.shutdown()
         for stream in (sys.stdout, sys.stderr):
             try:
-                stream.flush()
+                if stream is not None:  # None: the process was started with that descriptor closed
+                    stream.flush()
             except (OSError, ValueError):  # a closed pipe: what could be written was
                 pass
         os._exit(code)

@@ -64,6 +64,17 @@ class RemoteUnreachable(RemoteError):
     """The object store's endpoint did not answer (DNS, connection refused, timeouts) after retries."""
 
 
+class OutputError(TrtwarmError):
+    """Standard output could not be written: a full or failing file behind a redirection, or a closed pipe.
+
+    :attr:`closed_pipe` tells a reader that stopped reading (``trtwarm ls | head``), which only matters to commands
+    whose output is their result (:data:`trtwarm.cli.REPORTING`)."""
+
+    def __init__(self, message: str, *, hint: str | None = None, closed_pipe: bool = False) -> None:
+        super().__init__(message, hint=hint)
+        self.closed_pipe = closed_pipe
+
+
 class Interrupted(TrtwarmError):
     """SIGINT stopped the command (a build in progress was stopped and its staging directory removed)."""
 
@@ -95,6 +106,7 @@ _EXITS: dict[type[TrtwarmError], tuple[int, str]] = {
                           "prefix"),
     RemoteBucketError: (12, "create the bucket, or fix the bucket name in --remote s3://BUCKET/PREFIX"),
     RemoteUnreachable: (13, "check AWS_ENDPOINT_URL, DNS and network policies from this Pod to the object store"),
+    OutputError: (14, "standard output goes to a full, failing or closed file or pipe: write it somewhere else"),
     Interrupted: (130, "interrupted (SIGINT); run the command again: nothing half-built was kept"),
     Terminated: (143, "terminated (SIGTERM), e.g. the Pod was deleted; the next start builds or waits again"),
 }
@@ -188,6 +200,9 @@ EXIT_MEANINGS: dict[int, str] = {
     12: "the bucket of --remote does not exist",
     13: "the object store's endpoint did not answer after retries (with --read-only; a builder builds "
         "instead)",
+    14: "standard output could not be written (a full or failing file behind a redirection); also a closed pipe "
+        "for verify, gc, rm and sign, whose result was cut short (for the other commands a closed pipe is the reader "
+        "having what it wanted: exit 0)",
     130: "stopped by SIGINT: a build in progress is stopped (its process group gets SIGTERM, then SIGKILL after "
          "10 s), its staging directory removed, the termination message written",
     143: "stopped by SIGTERM, likewise",
@@ -209,6 +224,7 @@ __all__ = [
     "EntryInvalid",
     "Interrupted",
     "LockTimeoutError",
+    "OutputError",
     "RemoteAuthError",
     "RemoteBucketError",
     "RemoteError",

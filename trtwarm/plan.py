@@ -14,12 +14,13 @@ from typing import Any
 
 from trtwarm.builders.base import Builder, get_builder
 from trtwarm.config import Settings
+from trtwarm.errors import ConfigError
 from trtwarm.events import EventRecorder
 from trtwarm.key import entry_name, key_document, key_of, model_fields
 from trtwarm.model import ModelFacts, check_model_path, unshaped_dynamic_inputs
 from trtwarm.trust.policy import Gate
 from trtwarm.volume.layout import Layout
-from trtwarm.volume.stamps import StampBook
+from trtwarm.volume.stamps import StampBook, on_volume
 from trtwarm.volume.statcache import inspect_model
 from trtwarm.volume.store import EngineStore, Entry
 
@@ -75,6 +76,19 @@ class Plan:
         return check
 
 
+def _stamps(settings: Settings) -> StampBook | None:
+    """The stamp book of ``--verify stamp``. :raises ConfigError: its directory is on the cache volume, where
+    whoever can alter an engine could also write the stamp that vouches for it"""
+    if settings.verify != "stamp" or not settings.stamp_dir:
+        return None
+    if on_volume(settings.stamp_dir, settings.cache_dir):
+        raise ConfigError(f"the stamp directory {settings.stamp_dir} is on the cache volume {settings.cache_dir}: "
+                          "a writer of the volume could forge the stamps that vouch for its engines",
+                          hint="keep stamps node-local: the default (under --handoff-dir, the Pod's emptyDir) or a "
+                          "hostPath outside the cache (chart: engine.stamps.hostPath)")
+    return StampBook(settings.stamp_dir, settings.stamp_max_age)
+
+
 def resolve(settings: Settings) -> Plan:
     """Inspect the model and the builder and compute the key document, the key and the entry name.
 
@@ -96,8 +110,7 @@ def resolve(settings: Settings) -> Plan:
     name = entry_name(doc, key, settings.name or settings.model.stem, unshaped=bool(unshaped))
     gate = Gate.create(settings.trust_policy, settings.trust_mode, settings.signing_key, settings.read_only)
     gate.require_signer_trusted(name, key)
-    stamps = StampBook(settings.stamp_dir, settings.stamp_max_age) if settings.verify == "stamp" and \
-        settings.stamp_dir else None
+    stamps = _stamps(settings)
     gate.verdicts = stamps  # signatures verified before on this node are recorded beside the stamps
     return Plan(settings, layout, builder, facts, doc, key, name, {"key": time.monotonic() - start}, gate=gate,
                 stamps=stamps)

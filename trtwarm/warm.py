@@ -26,7 +26,7 @@ from typing import Any
 
 from trtwarm import handoff
 from trtwarm.config import Settings
-from trtwarm.errors import BuildError, LockTimeoutError, VolumeError
+from trtwarm.errors import BuildError, ConfigError, LockTimeoutError, VolumeError
 from trtwarm.events import EventRecorder
 from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS
 from trtwarm.handoff import WarmReport
@@ -36,6 +36,7 @@ from trtwarm.trust import keys
 from trtwarm.volume import leases
 from trtwarm.volume.layout import Layout, volume_error
 from trtwarm.volume.lock import BuildLock, describe_owner
+from trtwarm.volume.stamps import on_volume
 from trtwarm.volume.store import EngineStore, Entry
 
 log = logging.getLogger("trtwarm.warm")
@@ -196,6 +197,10 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
         # the verifier's import overlaps with the key and the hashing (README, Benchmarks); under --verify stamp a
         # signature this node verified before is not checked again, and nothing is hashed to overlap with
         keys.preload()
+    if on_volume(settings.handoff_dir, settings.cache_dir):  # its `engine` link decides what the server loads
+        raise ConfigError(f"the hand-off directory {settings.handoff_dir} is on the cache volume "
+                          f"{settings.cache_dir}: a writer of the volume could point the server at any file",
+                          hint="mount an emptyDir at --handoff-dir, shared with the inference container only")
     handoff.clear(settings.handoff_dir)
     if not settings.read_only and not Layout(settings.cache_dir).statcache.is_dir():
         with contextlib.suppress(VolumeError):  # surfaces again, with its reason, if a build turns out to be needed

@@ -42,7 +42,7 @@ import stat
 import time
 from pathlib import Path
 
-from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS, TooLarge, atomic_write_json, read_bounded, sha256_file
+from trtwarm.fsutil import TooLarge, atomic_write_json, read_bounded, sha256_file
 
 log = logging.getLogger("trtwarm.stamps")
 RACY_SECONDS = 2.0
@@ -61,6 +61,43 @@ def _owned_safely(st: os.stat_result) -> bool:
     return st.st_uid in (os.geteuid(), 0) and not st.st_mode & _UNSAFE_MODE
 
 
+def _unsafe_because(st: os.stat_result) -> str:
+    if st.st_uid not in (os.geteuid(), 0):
+        return f"it is owned by uid {st.st_uid}, not by this uid ({os.geteuid()}) or root"
+    return f"its group or others may write it (mode {stat.S_IMODE(st.st_mode):04o}; make it 0700)"
+
+
+def _where(path: Path, mountinfo: str) -> tuple[str, str]:
+    """``(device, location within that filesystem)`` of *path*: its mount's ``major:minor`` and root joined with the
+    rest of the path, so two bind mounts of one filesystem compare by where they really point."""
+    best = ("", "/", "/")  # device, mount root, mount point
+    for line in mountinfo.splitlines():
+        fields = line.split(" - ")[0].split()
+        if len(fields) < 5:
+            continue
+        point = fields[4].replace("\\040", " ")
+        if (str(path) == point or str(path).startswith(point.rstrip("/") + "/")) and len(point) >= len(best[2]):
+            best = (fields[2], fields[3].replace("\\040", " "), point)
+    device, root, point = best
+    rest = str(path)[len(point.rstrip("/")):].lstrip("/")
+    return device, os.path.join(root, rest) if rest else root
+
+
+def on_volume(directory: Path, volume: Path, mountinfo: str | None = None) -> bool:
+    """Whether *directory* is inside *volume* (the cache), by path or through another mount of the same filesystem
+    (e.g. a hostPath below the cache's hostPath, mounted elsewhere in the container)."""
+    directory, volume = Path(os.path.realpath(directory)), Path(os.path.realpath(volume))
+    if directory == volume or volume in directory.parents:
+        return True
+    if mountinfo is None:
+        try:
+            mountinfo = Path("/proc/self/mountinfo").read_text()
+        except OSError:
+            return False
+    (dev_d, loc_d), (dev_v, loc_v) = _where(directory, mountinfo), _where(volume, mountinfo)
+    return bool(dev_d) and dev_d == dev_v and (loc_d == loc_v or loc_d.startswith(loc_v.rstrip("/") + "/"))
+
+
 class StampBook:
     """The stamps of one node (a directory); :meth:`digest` is the per-file hook of ``store.check_entry``.
 
@@ -71,6 +108,7 @@ class StampBook:
         self.directory, self.max_age = Path(directory), max_age
         self.vouched = self.hashed = self.hashed_bytes = self.signatures_vouched = 0
         self._usable: bool | None = None
+        self._warned = False
 
     def usable(self) -> bool:
         """Whether stamps may be used here (checked once; an unsafe directory is ignored, with a warning)."""
@@ -86,8 +124,8 @@ class StampBook:
             log.warning("stamp directory %s is unusable (%s); hashing every file", self.directory, exc.strerror)
             return False
         if not _owned_safely(st):
-            log.warning("ignoring stamps in %s: the directory is writable by others or owned by uid %d (a forged "
-                        "stamp could vouch for an altered engine); hashing every file", self.directory, st.st_uid)
+            log.warning("ignoring stamps in %s: %s (a forged stamp could vouch for an altered engine); hashing every "
+                        "file", self.directory, _unsafe_because(st))
             return False
         return True
 
@@ -157,9 +195,17 @@ class StampBook:
             atomic_write_json(self.directory / f"sig-{fingerprint}.json",
                               {"fingerprint": fingerprint, "signer": signer, "at": time.time()}, 0o600, durable=False)
         except OSError as exc:  # a lost record costs one signature check on the next hit, nothing more
-            if exc.errno not in READ_ONLY_ERRNOS | FULL_ERRNOS:
-                raise
-            log.debug("signature record not written: %s", exc.strerror)
+            self._not_written(exc)
+
+    def _not_written(self, exc: OSError) -> None:
+        """A stamp or record could not be written (full, read-only, not ours, a directory in the way, EIO...): the
+        hit goes on; the next one hashes again. Said once per process, as a warning: stamps that are never written
+        make every hit hash, which the operator should know."""
+        if not self._warned:
+            self._warned = True
+            log.warning("stamps are not being written to %s (%s): later hits will hash every file; give the init's "
+                        "uid a writable, node-local directory (--stamp-dir)", self.directory,
+                        exc.strerror or exc)
 
     def _record(self, path: Path, before: os.stat_result, digest: str) -> None:
         now = time.time()
@@ -169,12 +215,13 @@ class StampBook:
         try:
             if identity(os.stat(path)) != identity(before):  # rewritten while it was hashed
                 return
+        except OSError:  # gone (gc, quarantine): nothing to stamp
+            return
+        try:
             atomic_write_json(self._record_path(before), {"stat": identity(before), "sha256": digest, "at": now,
                                                           "path": str(path)}, 0o600, durable=False)
         except OSError as exc:  # a lost stamp costs one hash on the next hit, nothing more
-            if exc.errno not in READ_ONLY_ERRNOS | FULL_ERRNOS:
-                raise
-            log.debug("stamp for %s not written: %s", path, exc.strerror)
+            self._not_written(exc)
 
     def summary(self) -> str:
         """``N by stamp, M hashed (B bytes)`` for the log."""
@@ -182,4 +229,4 @@ class StampBook:
         return text + (", signature verified before on this node" if self.signatures_vouched else "")
 
 
-__all__ = ["MAX_AGE_SECONDS", "RACY_SECONDS", "StampBook", "identity"]
+__all__ = ["MAX_AGE_SECONDS", "RACY_SECONDS", "StampBook", "identity", "on_volume"]
