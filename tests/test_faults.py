@@ -431,3 +431,16 @@ def test_signal_mid_build_stops_the_build_group_and_removes_staging(ctx: Ctx, si
     assert json.loads(log.read_text())["exit_code"] == code
     assert json.loads(out.strip().splitlines()[-1])["exit_code"] == code
     assert json.loads((ctx.handoff / "engine.json").read_text())["exit_code"] == code
+
+
+def test_a_read_only_consumer_names_damage_it_cannot_move_and_hashes_it_once(ctx: Ctx) -> None:
+    """A corrupt entry on a read-only mount cannot be quarantined from here: the consumer verifies it once, waits
+    for a replacement without re-hashing it, and fails naming the damage (exit 6), not a plain timeout."""
+    engine = Path(run_in(ctx, ctx.init()).summary["path"])  # the entry a consumer of tag=b uses
+    data = bytearray(engine.read_bytes())
+    data[0] ^= 0xFF
+    engine.write_bytes(bytes(data))
+    run = run_in(ctx, _ro(ctx, lambda c: c.init("--read-only", "--lock-timeout", "3s")))
+    assert_clean(run, 6, "is damaged (engine SHA-256 does not match the manifest")
+    assert run.stderr.count("failed verification") == 1, run.stderr  # hashed once, not every half second
+    assert engine.parent.name in {p.name for p in (ctx.vol / "entries").iterdir()}  # nothing moved or lost

@@ -190,7 +190,8 @@ EXIT_MEANINGS: dict[int, str] = {
     5: "lock wait timed out (the holder is named), --read-only found no engine in time, or another gc holds the volume",
     6: "cache volume unusable: missing, not a trtwarm cache, not a directory, foreign layout version, or any OSError a "
        "volume raises: ENOSPC, EROFS, EACCES, EIO... (also during a build, whatever words the builder used: a build "
-       "that fails with under 1 MiB free is a full volume)",
+       "that fails with under 1 MiB free is a full volume); a damaged entry that a read-only Pod cannot move away and "
+       "that nobody replaced within --lock-timeout",
     7: "trust policy enforce: the entry is unsigned or not signed by a key trusted for it, and this Pod cannot "
        "replace it (--read-only, or no --signing-key)",
     10: "the remote repository failed: a server error after retries, a refused blob with nothing to fall back "

@@ -43,6 +43,7 @@ class Plan:
     gate: Gate = field(default_factory=Gate)  # the trust policy: checks before any load, signs what is published
     stamps: StampBook | None = None  # --verify stamp
     remote: Any = None  # a trtwarm.remote.sync.RemoteSync with --remote
+    stuck: tuple[Any, Any, str] | None = None  # (entry dir, its identity, why): damaged, and not movable from here
 
     @property
     def store(self) -> EngineStore:

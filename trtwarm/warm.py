@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from trtwarm import handoff
@@ -44,9 +46,30 @@ log = logging.getLogger("trtwarm.warm")
 
 def _lookup(plan: Plan) -> Entry | None:
     start = time.monotonic()
-    entry = plan.store.lookup(plan.key, plan.name, plan.load_check(), plan.stamps.digest if plan.stamps else None)
+    store = plan.store
+    entry = store.lookup(plan.key, plan.name, plan.load_check(), plan.stamps.digest if plan.stamps else None)
     plan.seconds["verify"] = plan.seconds.get("verify", 0.0) + time.monotonic() - start
+    if store.stuck is not None:  # damaged, and this Pod cannot move it away: remember which one, and why
+        path, reason = store.stuck
+        plan.stuck = (path, _dir_id(path), reason)
     return entry
+
+
+def _dir_id(path: Path) -> tuple[int, int, int] | None:
+    """What changes when an entry directory is replaced (a new rename) or its contents change."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _unchanged_damage(plan: Plan) -> bool:
+    """Whether the entry on the volume is the damaged one this Pod already verified and could not move."""
+    if plan.stuck is None:
+        return False
+    path, ident, _reason = plan.stuck
+    return plan.store.find(plan.key, plan.name) == path and _dir_id(path) == ident
 
 
 def wait_message(name: str, owner: dict[str, Any] | None, gpu_lock: str | None = None) -> str:
@@ -143,7 +166,8 @@ def _wait_read_only(plan: Plan) -> tuple[Entry | None, str]:
         return found
     while (elapsed := time.monotonic() - start) < plan.settings.lock_timeout:
         time.sleep(0.5)
-        if plan.store.find(plan.key, plan.name) is not None and (entry := _lookup(plan)) is not None:
+        if plan.store.find(plan.key, plan.name) is not None and not _unchanged_damage(plan) \
+                and (entry := _lookup(plan)) is not None:
             plan.seconds["wait"] = time.monotonic() - start
             return entry, "waited"
         if time.monotonic() - last >= plan.settings.progress_interval:
@@ -151,6 +175,11 @@ def _wait_read_only(plan: Plan) -> tuple[Entry | None, str]:
             if plan.remote is not None and (found := _single_flight(plan))[1] != "absent":
                 return found
             log.info("%s: waiting for %s %s (%.0f s)", why, what, plan.label, elapsed)
+    if _unchanged_damage(plan):
+        raise VolumeError(f"the entry of {plan.label} on the volume is damaged ({plan.stuck[2]}) and this Pod cannot "
+                          f"move it away (read-only mount); no replacement appeared within "
+                          f"{plan.settings.lock_timeout:.0f} s", hint="a Pod that may build (or the prebuild Job) "
+                          "quarantines and rebuilds it; `trtwarm verify --fix` on a writable mount quarantines it now")
     raise LockTimeoutError(f"{why}: no {'signed ' if not plan.settings.read_only else ''}engine for {plan.label} "
                            f"appeared within {plan.settings.lock_timeout:.0f} s", hint=hint)
 

@@ -154,6 +154,9 @@ class EngineStore:
         """:param on_quarantine: called with ``(entry name, reason)`` after an entry was quarantined"""
         self.layout = layout
         self.on_quarantine = on_quarantine
+        #: ``(entry directory, reason)`` of the last entry that failed verification and could not be quarantined
+        #: (a read-only mount): it is still there, and re-verifying it before it changes is wasted work
+        self.stuck: tuple[Path, str] | None = None
 
     def find(self, key: str, name: str | None = None) -> Path | None:
         """Return the directory holding *key* (tried by *name* first, then by the ``--<key16>`` suffix)."""
@@ -183,8 +186,9 @@ class EngineStore:
         except EntryInvalid as exc:
             if not path.exists():  # removed by gc while we read it: a plain miss
                 return None
-            log.warning("entry %s failed verification: %s; quarantining it and rebuilding", path.name, exc.reason)
-            self.quarantine(path, exc.reason)
+            log.warning("entry %s failed verification: %s; quarantining it", path.name, exc.reason)
+            if self.quarantine(path, exc.reason) is None and path.exists():
+                self.stuck = (path, exc.reason)
             return None
         return entry
 
