@@ -114,6 +114,12 @@ def test_stamped_hits_can_share_a_node_directory_of_stamps() -> None:
     assert flag(default, "stamp-dir") is None and "trtwarm-stamps" not in mounts(default)
     with pytest.raises(helm.HelmError, match="engine.stamps.hostPath needs engine.verify=stamp"):
         render({"engine": {"stamps": {"hostPath": "/var/lib/trtwarm/stamps"}}})
+    for inside in ("/var/lib/trtwarm/cache", "/var/lib/trtwarm/cache/stamps"):  # a volume writer could forge them
+        with pytest.raises(helm.HelmError, match="inside cache.hostPath.path"):
+            render({"cache": {"type": "hostPath", "hostPath": {"path": "/var/lib/trtwarm/cache/", "type": "Directory"}},
+                    "engine": {"verify": "stamp", "stamps": {"hostPath": inside}}})
+    with pytest.raises(helm.HelmError, match="hostPath"):
+        render({"engine": {"verify": "stamp", "stamps": {"hostPath": "/"}}})
 
 
 def test_several_profiles_become_profile_flags_and_do_not_mix_with_shapes() -> None:

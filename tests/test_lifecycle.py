@@ -229,3 +229,17 @@ def test_staging_of_a_killed_builder_not_yet_reaped_is_stale(three: list[dict], 
         assert not staging.exists()
     finally:
         zombie.wait()
+
+
+def test_an_entry_path_or_a_completed_name_with_its_slash_selects_the_entry(model: Path, cache: Path,
+                                                                           tmp_path: Path) -> None:
+    """What shell completion and `ls` paths give: ``<cache>/entries/NAME`` and ``NAME/`` name that entry."""
+    built = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h"))
+    name = built.summary["name"]
+    for selector in (str(cache / "entries" / name), name + "/", str(cache / "entries" / name) + "/"):
+        shown = run_trtwarm("show", selector, "--cache-dir", str(cache), "--json")
+        assert shown.returncode == 0 and json.loads(shown.stdout)["name"] == name, shown.stderr
+    key = tmp_path / "k"
+    assert run_trtwarm("keys", "generate", "--out", str(key)).returncode == 0
+    signed = run_trtwarm("sign", name + "/", "--key", str(tmp_path / "k.key"), "--cache-dir", str(cache), "--json")
+    assert signed.returncode == 0 and '"signed"' in signed.stdout, signed.stderr

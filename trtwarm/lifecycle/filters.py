@@ -1,7 +1,8 @@
 """Which entries an operator means: ``KEY|PREFIX|NAME`` selectors (``show``, ``rm``) and ``ls`` filters.
 
 A selector matches, case-insensitively: a full key; a key prefix of 8+ hex digits; an entry's full name; its name
-without the ``--<key16>`` suffix; or a model name (the name's first part), which may match several entries.
+without the ``--<key16>`` suffix; or a model name (the name's first part), which may match several entries. An
+entry's path (``<cache>/entries/NAME``, with or without a trailing slash) names that entry.
 ``ls`` filters compare against the same words ``ls`` prints (one vocabulary for the table and ``--json``).
 """
 
@@ -22,9 +23,15 @@ _HEX = re.compile(r"[0-9a-f]{8,64}")
 STATUSES = ("ok", "damaged", "building", "quarantined", "in-use")
 
 
+def selector_word(selector: str) -> str:
+    """*selector* as compared: trimmed, lower case, and a path (``<cache>/entries/NAME``, or ``NAME/`` as shell
+    completion leaves it) reduced to its last component."""
+    return selector.strip().rstrip("/").rpartition("/")[2].lower()
+
+
 def matches(info: EntryInfo, selector: str) -> bool:
     """Whether *selector* names *info* (see the module docstring)."""
-    sel = selector.strip().lower()
+    sel = selector_word(selector)
     name, key = info.name.lower(), (info.key or "").lower()
     if sel in (name, key, name.rpartition("--")[0], model_part(name)):
         return True
@@ -89,4 +96,4 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--status", choices=STATUSES, help="only entries with this status")
 
 
-__all__ = ["STATUSES", "Filters", "add_flags", "matches", "select"]
+__all__ = ["STATUSES", "Filters", "add_flags", "matches", "select", "selector_word"]

@@ -17,6 +17,7 @@ from typing import Any
 
 from trtwarm.errors import ConfigError, EntryInvalid, VolumeError
 from trtwarm.fsutil import read_json_object
+from trtwarm.lifecycle.filters import selector_word
 from trtwarm.trust import keys
 from trtwarm.trust.policy import Gate
 from trtwarm.volume.layout import Layout
@@ -36,9 +37,9 @@ def cmd_keys_generate(ns: argparse.Namespace, environ: Mapping[str, str]) -> int
 
 
 def _matches(entry_name: str, key: str, selector: str) -> bool:
-    sel = selector.lower()
-    return selector == entry_name or (len(sel) >= 8 and all(c in "0123456789abcdef" for c in sel)
-                                      and key.startswith(sel))
+    sel = selector_word(selector)
+    return sel == entry_name.lower() or (len(sel) >= 8 and all(c in "0123456789abcdef" for c in sel)
+                                         and key.startswith(sel))
 
 
 def select(store: EngineStore, selectors: list[str]) -> list[Path]:
