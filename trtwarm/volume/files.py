@@ -104,11 +104,11 @@ def _remove_empty(staging: Path, rel: str) -> None:
 
 
 def _safe_path(path: object) -> bool:
-    if not isinstance(path, str) or not path or "\\" in path or "\0" in path:
+    """A relative POSIX path of plain components: not absolute, no empty, ``.`` or ``..`` component, no backslash or
+    NUL, not a seal (string operations only: ``ls`` checks every file of every entry)."""
+    if not isinstance(path, str) or not path or "\\" in path or "\0" in path or path in SEALS:
         return False
-    parts = PurePosixPath(path).parts
-    return not PurePosixPath(path).is_absolute() and ".." not in parts and "." not in parts and \
-        "/".join(parts) == path and path not in SEALS
+    return all(part not in ("", ".", "..") for part in path.split("/"))  # a leading "/" makes an empty part
 
 
 def listed_files(doc: dict[str, Any]) -> list[dict[str, Any]]:
