@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from trtwarm.demo import make_model
+from trtwarm.lifecycle.manifest_index import RACY_SECONDS as INDEX_RACY_SECONDS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -121,6 +122,14 @@ def gated_build(model: Path, cache: Path, tmp_path: Path) -> tuple[subprocess.Po
 def entries(cache: Path) -> list[Path]:
     """Published entry directories."""
     return sorted((cache / "entries").iterdir()) if (cache / "entries").is_dir() else []
+
+
+def settle(cache: Path) -> None:
+    """Wait until every entry's directory and manifest changed more than the racy window ago, so ``ls`` may give it
+    a row in its manifest index (see trtwarm/lifecycle/manifest_index.py)."""
+    stamps = [st for e in entries(cache) for st in (e.lstat(), (e / "manifest.json").lstat())]
+    newest = max(max(st.st_mtime_ns, st.st_ctime_ns) for st in stamps) / 1e9
+    time.sleep(max(0.0, newest + INDEX_RACY_SECONDS + 0.2 - time.time()))
 
 
 def debris(cache: Path) -> list[Path]:

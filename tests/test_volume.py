@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -10,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import debris, entries, env_for, ort_init_args, run_trtwarm, trtwarm_argv, wait_until
+from conftest import (cmd_init_args, debris, entries, env_for, ort_init_args, run_trtwarm, settle, trtwarm_argv,
+                      wait_until)
 
 pytestmark = pytest.mark.mount
 
@@ -108,3 +110,22 @@ def test_a_read_only_triton_repo_is_named_not_the_handoff_dir(model: Path, tmpfs
     assert run.returncode == 6, run.stderr
     assert f"cannot lay out the Triton model repository {tmpfs / 'triton'}" in run.stderr
     assert "hint: mount a writable emptyDir at --triton-repo" in run.stderr and "hand-off" not in run.stderr
+
+
+def test_ls_on_a_read_only_volume_lists_without_writing_its_manifest_index(model: Path, tmpfs: Path,
+                                                                          tmp_path: Path) -> None:
+    cache = tmpfs / "cache"
+    for tag in ("a", "b"):
+        assert run_trtwarm(*cmd_init_args(model, cache, tmp_path / f"h-{tag}", "--key-extra", f"t={tag}")
+                           ).returncode == 0
+    settle(cache)
+    _mount("-o", "remount,ro", str(tmpfs))
+    ro = run_trtwarm("ls", "--cache-dir", str(cache), "--json")  # no index yet, and none can be written
+    assert ro.returncode == 0 and ro.stderr == "", ro.stderr
+    assert len(json.loads(ro.stdout)) == 2 and not (cache / ".manifest-index.json").exists()
+    _mount("-o", "remount,rw", str(tmpfs))
+    assert run_trtwarm("ls", "--cache-dir", str(cache), "--json").stdout == ro.stdout
+    assert (cache / ".manifest-index.json").is_file()
+    _mount("-o", "remount,ro", str(tmpfs))
+    again = run_trtwarm("ls", "--cache-dir", str(cache), "--json")  # an index written elsewhere is read here
+    assert again.returncode == 0 and again.stdout == ro.stdout and again.stderr == ""

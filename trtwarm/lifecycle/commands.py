@@ -15,7 +15,7 @@ from typing import Any
 
 from trtwarm.errors import LockTimeoutError, volume_error
 from trtwarm.lifecycle import gc as gclib
-from trtwarm.lifecycle.inventory import Inventory, scan
+from trtwarm.lifecycle.inventory import Inventory, collector_paused, scan
 from trtwarm.lifecycle.tables import human_age, human_bytes, render, utc
 from trtwarm.volume.layout import Layout
 
@@ -23,10 +23,14 @@ _SORTS: dict[str, Any] = {"used": lambda r: -(r["last_used_ts"] or r["created_ts
                           "size": lambda r: -(r["bytes"] or 0), "name": lambda r: r["name"] or ""}
 
 
-def _inventory(ns: argparse.Namespace, manifests: bool = False) -> Inventory:
+def _inventory(ns: argparse.Namespace, manifests: bool = False, index: bool = False) -> Inventory:
     layout = Layout(Path(ns.cache_dir))
     layout.require()  # a missing or foreign dir is exit 6, not "0 entries": an unmounted volume must not look empty
-    return scan(layout, manifests=manifests)
+    if not index:
+        return scan(layout, manifests=manifests)
+    from trtwarm.lifecycle.manifest_index import ManifestIndex
+
+    return scan(layout, index=ManifestIndex.load(layout))
 
 
 def _print_json(doc: Any) -> None:
@@ -39,20 +43,39 @@ def _print_json(doc: Any) -> None:
 
 def cmd_ls(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm ls``: entries with their use, plus builds in progress and (``--all``) quarantined entries."""
+    with collector_paused():  # the index, the scan, the records and their JSON: 10^5 objects, no cycles
+        return _ls(ns)
+
+
+def _ls(ns: argparse.Namespace) -> int:
     from trtwarm.lifecycle import listing
     from trtwarm.lifecycle.filters import Filters
     from trtwarm.lifecycle.verify import apply_record
 
     filters = Filters.from_namespace(ns)
-    columns, fitted = listing.parse_columns(ns.columns)
-    inv = _inventory(ns, manifests=True)  # manifest and size checks, no hashing: damage shows as `damaged: why`
+    columns = listing.parse_columns(ns.columns)  # before the scan: a wrong --columns fails at once
+    # manifest and size checks, no hashing: damage shows as `damaged: why`; unchanged manifests come from the index
+    inv = _inventory(ns, index=True)
     verified = apply_record(inv.layout, inv.entries)  # plus what the last `trtwarm verify` found by hashing
     rows = filters.apply(listing.records(inv, ns.all or filters.wants_quarantined))
     rows.sort(key=lambda r: (r["status"] == "quarantined", _SORTS[ns.sort](r)))
     if ns.json:
         _print_json(rows)
-        return 0
-    print(listing.table(rows, columns, inv.now, listing.WIDTH if fitted else None))
+    else:
+        _print_table(inv, rows, filters, columns, verified)
+    if inv.index is not None and inv.index.stale:
+        sys.stdout.flush()  # the listing is out before the index is written
+        inv.index.save(inv.layout)
+    return 0
+
+
+def _print_table(inv: Inventory, rows: list[dict[str, Any]], filters: Any, columns: tuple[list[str], bool],
+                 verified: dict[str, Any] | None) -> None:
+    """``ls``'s table, its totals and when the volume was last verified."""
+    from trtwarm.lifecycle import listing
+    from trtwarm.lifecycle.filters import Filters
+
+    print(listing.table(rows, columns[0], inv.now, listing.WIDTH if columns[1] else None))
     shown = [r for r in rows if r["status"] in ("ok", "damaged")]
     print(f"\n{len(shown)} {'entry' if len(shown) == 1 else 'entries'}, {human_bytes(sum(r['bytes'] for r in shown))}; "
           f"{sum(bool(r['pods']) for r in shown)} in use; {sum(r['status'] == 'building' for r in rows)} building; "
@@ -61,7 +84,6 @@ def cmd_ls(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     when = verified.get("finished") if verified else None
     last = f"last run {human_age(inv.now - when)} ago" if isinstance(when, (int, float)) else "never run here"
     print(f"status checks manifests and sizes only; `trtwarm verify` re-hashes every file ({last})")
-    return 0
 
 
 def stats(inv: Inventory) -> dict[str, Any]:

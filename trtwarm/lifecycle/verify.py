@@ -14,14 +14,16 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trtwarm.errors import EntryInvalid
 from trtwarm.fsutil import atomic_write_json, read_json_object
 from trtwarm.lifecycle.inventory import EntryInfo, Inventory
-from trtwarm.trust.policy import Gate
 from trtwarm.volume.layout import Layout
 from trtwarm.volume.store import EngineStore, check_entry
+
+if TYPE_CHECKING:  # the caller makes the gate; `ls` (apply_record) need not import the verifier's crypto
+    from trtwarm.trust.policy import Gate
 
 log = logging.getLogger("trtwarm.verify")
 #: the last ``trtwarm verify``'s findings, so ``ls`` shows damage found by hashing without hashing itself

@@ -18,6 +18,7 @@
     ├─ .trash/                           entries being removed by gc: renamed here first, then deleted
     ├─ .statcache/<id>.json              model digests keyed by (dev, inode, size, mtime, ctime)
     ├─ .last-verify.json                 problems the last `trtwarm verify` left (shown by `ls`)
+    ├─ .manifest-index.json              `ls`'s row per entry, validated by stat (trtwarm.lifecycle.manifest_index)
     └─ timing-caches/<id>.cache          TensorRT timing caches, shared per TensorRT version and GPU class
 
 Paths are pure functions of the root and the key; only :meth:`Layout.ensure` and :meth:`Layout.check` touch disk.
