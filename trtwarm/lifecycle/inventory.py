@@ -10,6 +10,7 @@ of each of its files, and no manifest read.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import re
@@ -47,7 +48,7 @@ class EntryInfo:
     """One directory under ``entries/`` or ``.quarantine/``, as :func:`scan` found it."""
 
     name: str
-    path: Path
+    where: str  # its path (a str: making 10,000 Path objects was a tenth of `ls`; see :attr:`path`)
     status: str  # ok | damaged | quarantined
     bytes: int
     key: str | None = None
@@ -58,6 +59,11 @@ class EntryInfo:
     leases: list[leaselib.Lease] = field(default_factory=list)  # fresh ones only
     building: bool = False
     broken: bool = False  # not an entry directory at all: a file, a symlink, or unreadable
+
+    @functools.cached_property
+    def path(self) -> Path:
+        """The directory."""
+        return Path(self.where)
 
     @property
     def in_use(self) -> bool:
@@ -70,29 +76,28 @@ class EntryInfo:
         return self.name.split("_", 1)[0]
 
     def describe(self) -> dict[str, str]:
-        """Readable builder, device, precision and shapes, from the manifest's key document."""
+        """Readable builder, device, precision and shapes, from the manifest's key document (do not modify it)."""
         doc = self.manifest.get("key_document") or {}
         if not doc:  # not read (a fast scan) or unreadable: the name carries readable labels
             parts = (self.name.rpartition("--")[0].split("_") + ["?"] * 5)[1:5]
             return dict(zip(("device", "builder", "precision", "shapes"), parts))
-        builder, build = doc.get("builder") or {}, doc.get("build") or {}
-        shapes = ",".join(f"{n}={'x'.join(map(str, s.get('opt', [])))}" for n, s in sorted(
-            (build.get("shapes") or {}).items()))
-        return {"builder": f"{builder.get('name', '?')} {builder.get('version', '')}".strip(),
-                "device": short_name(doc.get("device") or {}) if doc else "?",
-                "precision": str(build.get("precision", "")), "shapes": shapes or "static"}
+        seen = _DESCRIBED.get(id(doc))
+        if seen is not None and seen[0] is doc:  # entries from the manifest index share their key documents
+            return seen[1]
+        if len(_DESCRIBED) >= 256:
+            _DESCRIBED.clear()
+        _DESCRIBED[id(doc)] = (doc, described := _describe(doc))
+        return described
 
     def as_json(self) -> dict[str, Any]:
         """The ``--json`` form (``key``, ``name``, ``path``, ``engine_bytes`` as in the core, plus the rest)."""
-        m, where = self.manifest, str(self.path)
+        m, where = self.manifest, self.where
         return {"key": self.key, "name": self.name,
                 "path": os.path.join(where, str(m["engine_file"])) if "engine_file" in m else where,
                 "engine_bytes": m.get("engine_bytes"), "bytes": self.bytes, "status": self.status,
                 "problem": self.problem, "created": m.get("created_utc"), "created_ts": m.get("created"),
                 "last_used_ts": self.last_used, "pods": [lease.holder for lease in self.leases],
-                "builder": (m.get("key_document") or {}).get("builder"),
-                "device": (m.get("key_document") or {}).get("device"), "engine_info": self.engine_info,
-                **self.describe()}
+                "engine_info": self.engine_info, **self.describe()}  # builder, device: readable, not the dicts
 
     @property
     def engine_info(self) -> dict[str, Any] | None:
@@ -100,6 +105,19 @@ class EntryInfo:
         extra = self.manifest.get("extra")
         info = extra.get("engine_info") if isinstance(extra, dict) else None
         return {k: v for k, v in info.items() if k != "layer_precisions"} if isinstance(info, dict) else None
+
+
+#: id(key document) -> (it, its description): a few key documents serve many entries (see EntryInfo.describe)
+_DESCRIBED: dict[int, tuple[dict[str, Any], dict[str, str]]] = {}
+
+
+def _describe(doc: dict[str, Any]) -> dict[str, str]:
+    builder, build = doc.get("builder") or {}, doc.get("build") or {}
+    shapes = ",".join(f"{n}={'x'.join(map(str, s.get('opt', [])))}" for n, s in sorted(
+        (build.get("shapes") or {}).items()))
+    return {"builder": f"{builder.get('name', '?')} {builder.get('version', '')}".strip(),
+            "device": short_name(doc.get("device") or {}), "precision": str(build.get("precision", "")),
+            "shapes": shapes or "static"}
 
 
 @dataclass(frozen=True)
@@ -175,7 +193,11 @@ def dir_bytes(path: str, files: dict[str, os.stat_result] | None = None) -> int:
 
 
 def _mtimes(path: Path) -> dict[str, float]:
-    return {name: st.st_mtime for name, st in _files(str(path)).items()}
+    try:
+        with os.scandir(path) as it:
+            return {e.name: e.stat(follow_symlinks=False).st_mtime for e in it}
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
 
 
 def _subdirs(path: Path, only_dirs: bool = True) -> list[os.DirEntry[str]]:
@@ -193,12 +215,13 @@ def _entry(item: os.DirEntry[str], ctx: _Context) -> EntryInfo:
     try:  # the directory's stat before its listing: a file added in between changes it (see manifest_index)
         before = os.lstat(item.path) if ctx.index is not None and hit is None else None
         files = hit[1] if hit is not None else _files(item.path)
-        info = EntryInfo(item.name, ctx.entries / item.name, "ok", dir_bytes(item.path, files))
+        info = EntryInfo(item.name, item.path, "ok", dir_bytes(item.path, files))
     except OSError as exc:  # one unreadable entry is that entry's problem; the scan goes on with the rest
         return _broken(item, ctx, f"its directory is unreadable ({exc.strerror})")
     if hit is not None:  # the manifest did not change since it was read: only the files' checks run
         info.manifest = hit[0]
-        _check(info, hit[0]["files"], Entry(info.path, hit[0]).schema, files)
+        schema = hit[0].get("schema", 1)  # as Entry.schema reads it
+        _check(info, hit[0]["files"], schema if isinstance(schema, int) else 1, files)
     elif ctx.manifests:
         listed = _read(info, files)
         if listed is not None and before is not None and ctx.index is not None:
@@ -217,7 +240,7 @@ def _entry(item: os.DirEntry[str], ctx: _Context) -> EntryInfo:
 def _broken(item: os.DirEntry[str], ctx: _Context, why: str) -> EntryInfo:
     """An item under ``entries/`` that cannot be an entry (a file, a symlink, an unreadable directory)."""
     st = item.stat(follow_symlinks=False)
-    info = EntryInfo(item.name, Path(item.path), "damaged", st.st_size if stat.S_ISREG(st.st_mode) else 0,
+    info = EntryInfo(item.name, item.path, "damaged", st.st_size if stat.S_ISREG(st.st_mode) else 0,
                      problem=why, broken=True)
     info.key = ctx.full_keys.get(item.name.rpartition("--")[2])
     _use(info, ctx, lambda: st.st_mtime)
@@ -226,11 +249,13 @@ def _broken(item: os.DirEntry[str], ctx: _Context, why: str) -> EntryInfo:
 
 def _use(info: EntryInfo, ctx: _Context, fallback: Callable[[], float]) -> None:
     """Last use (marker, leases), leases and build state of *info*, from the volume-wide directories."""
-    marker = ctx.uses.get(info.key or "") or info.created
-    info.leases = ctx.fresh.get(info.key or "", [])
-    used = [t for t in (marker, *(lease.heartbeat for lease in info.leases)) if t]
+    key = info.key or ""
+    marker = ctx.uses.get(key) or info.created
+    info.leases = ctx.fresh.get(key, [])
+    used = [t for t in (marker, *(lease.heartbeat for lease in info.leases)) if t] if info.leases else \
+        [marker] if marker else []
     info.last_used = max(used) if used else fallback()  # the directory's mtime, only when nothing else says
-    info.building = (info.key or "") in ctx.building
+    info.building = key in ctx.building
 
 
 def _read(info: EntryInfo, files: dict[str, os.stat_result]) -> list[dict[str, Any]] | None:
@@ -265,7 +290,6 @@ class _Context:
 
     manifests: bool
     index: ManifestIndex | None
-    entries: Path
     uses: dict[str, float]
     fresh: dict[str, list[leaselib.Lease]]
     building: set[str]
@@ -273,11 +297,10 @@ class _Context:
 
 
 def _quarantined(item: os.DirEntry[str]) -> EntryInfo:
-    path = Path(item.path)
     stamp = _STAMP.search(item.name)
     when = timegm(time.strptime(stamp[1], "%Y%m%dT%H%M%SZ")) if stamp else item.stat(follow_symlinks=False).st_mtime
     reason = item.name[stamp.end():].rsplit(".", 1)[0] if stamp else None
-    return EntryInfo(item.name, path, "quarantined", dir_bytes(item.path), problem=reason, last_used=float(when))
+    return EntryInfo(item.name, item.path, "quarantined", dir_bytes(item.path), problem=reason, last_used=float(when))
 
 
 def _owners(layout: Layout, now: float) -> list[OwnerInfo]:
@@ -312,7 +335,7 @@ def scan(layout: Layout, now: float | None = None, *, manifests: bool = True,
     fresh = {k: kept for k, found in all_leases.items() if (kept := [x for x in found if x.fresh(now)])}
     uses = _mtimes(layout.uses)
     full = {k[:16]: k for k in (*uses, *all_leases, *building) if _KEY.fullmatch(k)}
-    ctx = _Context(manifests or index is not None, index, layout.entries, uses, fresh, building, full)
+    ctx = _Context(manifests or index is not None, index, uses, fresh, building, full)
     with collector_paused():
         entries = [_entry(item, ctx) for item in _subdirs(layout.entries, only_dirs=False)]
     quarantined = [_quarantined(item) for item in _subdirs(layout.quarantine)]

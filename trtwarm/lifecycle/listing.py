@@ -51,7 +51,7 @@ _SHRINK = {"SHAPES": 10, "MODEL": 10, "DEVICE": 11, "BUILDER": 19, "NAME": 24, "
 def entry_record(e: EntryInfo) -> dict[str, Any]:
     """An entry (or a quarantined one) as ``ls --json`` prints it."""
     record = e.as_json()
-    record.update(model=model_part(e.name), pods=[lease.holder for lease in e.leases])
+    record["model"] = model_part(e.name)
     return record
 
 

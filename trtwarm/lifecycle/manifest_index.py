@@ -114,22 +114,28 @@ class ManifestIndex:
         """The summary of entry *name* at *path* and its files' ``lstat`` by name, if its row still matches it (see
         the module docstring); None: read it in full."""
         row = self._old.get(name)
-        if not (isinstance(row, list) and len(row) == 5 and isinstance(row[2], list) and isinstance(row[3], dict)
-                and isinstance(row[3].get("files"), list) and isinstance(row[4], int) and 0 <= row[4] < len(
-                    self._shared)):
+        if row is None:
             return None
         try:
-            if _dir_id(os.lstat(path)) != row[0]:
+            dir_id, file_id, names, summ, ref = row
+            kd = self._shared[ref]
+            if _dir_id(os.lstat(path)) != dir_id or not isinstance(summ.get("files"), list):
                 return None
-            found = {n: os.lstat(f"{path}/{n}") for n in row[2] if _plain(n)}
+            found = {}
+            for n in names:
+                if "/" in n:  # not a name in the entry directory: a corrupt row must not make ls stat elsewhere
+                    return None
+                st = found[n] = os.lstat(f"{path}/{n}")
+                if stat.S_ISDIR(st.st_mode):  # a subdirectory (or "", ".", ".."): read it in full
+                    return None
         except OSError:  # a name vanished since the directory's stat: it changed; read it in full
             return None
-        sealed = found.get(MANIFEST)
-        if sealed is None or _file_id(sealed) != row[1] or len(found) != len(row[2]) \
-                or any(stat.S_ISDIR(st.st_mode) for st in found.values()):
+        except (ValueError, TypeError, IndexError, AttributeError):  # a row of another shape: no row
             return None
-        summ = row[3]
-        summ["key_document"] = row[4] = self._shared[row[4]]  # the row as this scan keeps it (see save)
+        sealed = found.get(MANIFEST)
+        if sealed is None or _file_id(sealed) != file_id or len(found) != len(names):
+            return None
+        summ["key_document"] = row[4] = kd  # the row as this scan keeps it (see save)
         self._new[name] = row
         return summ, found
 
@@ -172,11 +178,6 @@ class ManifestIndex:
             log.debug("not writing the manifest index: %s", exc.strerror)
             return False
         return True
-
-
-def _plain(name: object) -> bool:
-    """A name directly inside the entry directory (a corrupt row must not make ``ls`` stat elsewhere)."""
-    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\0" not in name
 
 
 __all__ = ["INDEX", "RACY_SECONDS", "SCHEMA", "ManifestIndex", "summary"]
