@@ -162,12 +162,15 @@ class ManifestIndex:
     def save(self, layout: Layout) -> bool:
         """Write this scan's rows atomically (stage, fsync, rename); False when the volume cannot take it."""
         shared: dict[str, int] = {}
+        by_id: dict[int, int] = {}  # rows kept from the volume's index share their key documents' objects
         docs: list[Any] = []
         rows = {}
         for name, (dir_id, file_id, names, summ, kd) in sorted(self._new.items()):
-            ref = shared.setdefault(json.dumps(kd, sort_keys=True), len(shared))
-            if ref == len(docs):
-                docs.append(kd)
+            ref = by_id.get(id(kd))
+            if ref is None:
+                ref = by_id[id(kd)] = shared.setdefault(json.dumps(kd, sort_keys=True), len(shared))
+                if ref == len(docs):
+                    docs.append(kd)
             rows[name] = [dir_id, file_id, names, {k: v for k, v in summ.items() if k != "key_document"}, ref]
         body = json.dumps({"rows": rows, "shared": docs}, separators=(",", ":")).encode()
         head = json.dumps({"schema": SCHEMA, "sha256": hashlib.sha256(body).hexdigest(), "entries": len(rows),
