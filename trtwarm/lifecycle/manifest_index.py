@@ -135,8 +135,8 @@ class ManifestIndex:
         sealed = found.get(MANIFEST)
         if sealed is None or _file_id(sealed) != file_id or len(found) != len(names):
             return None
-        summ["key_document"] = row[4] = kd  # the row as this scan keeps it (see save)
-        self._new[name] = row
+        summ["key_document"] = kd
+        self._new[name] = [dir_id, file_id, names, summ, kd]  # as this scan keeps it (see save)
         return summ, found
 
     def add(self, name: str, before: os.stat_result, found: Found, manifest: dict[str, Any],
