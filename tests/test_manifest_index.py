@@ -115,7 +115,8 @@ def test_corruption_found_by_verify_shows_through_the_index(cache: Path, volume:
         "damaged", "engine SHA-256 does not match the manifest (corrupt) (found by trtwarm verify)")
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated", "digest", "foreign", "directory", "rows"])
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "digest", "foreign", "directory", "rows", "files",
+                                    "shared"])
 def test_a_corrupt_or_foreign_index_is_a_full_read(cache: Path, volume: dict[str, str], damage: str) -> None:
     first = ls_json(cache)
     index = cache / INDEX
@@ -131,8 +132,17 @@ def test_a_corrupt_or_foreign_index_is_a_full_read(cache: Path, volume: dict[str
     elif damage == "directory":
         index.unlink()
         index.mkdir()
-    else:  # well-formed, signed, but rows of the wrong shape
+    elif damage == "rows":  # sealed (a valid SHA-256 header), but rows of the wrong shape
         write_index(cache, {"rows": {n: [1, "x", None, 4] for n in volume.values()}, "shared": []})
+    elif damage == "files":  # sealed, the right identities, but files the size checks cannot read
+        doc = read_index(cache)
+        for row in doc["rows"].values():
+            row[3]["files"] = [{"path": "engine.plan"}]
+        write_index(cache, doc)
+    else:  # sealed, but a key document ls could not describe
+        doc = read_index(cache)
+        doc["shared"] = [{"builder": "not a dict"}]
+        write_index(cache, doc)
     assert ls_json(cache) == first
     if damage == "directory":
         assert index.is_dir()  # nothing written over it, and ls still worked

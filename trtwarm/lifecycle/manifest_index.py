@@ -105,7 +105,7 @@ class ManifestIndex:
             log.debug("ignoring the manifest index %s: %s", path, exc)
             return cls()
         rows, shared = (doc.get("rows"), doc.get("shared")) if isinstance(doc, dict) else (None, None)
-        if not (isinstance(rows, dict) and isinstance(shared, list)):
+        if not (isinstance(rows, dict) and isinstance(shared, list) and all(map(_key_document_ok, shared))):
             log.debug("ignoring the manifest index %s: foreign, corrupt or malformed", path)
             return cls()
         return cls(rows, shared)
@@ -119,7 +119,7 @@ class ManifestIndex:
         try:
             dir_id, file_id, names, summ, ref = row
             kd = self._shared[ref]
-            if _dir_id(os.lstat(path)) != dir_id or not isinstance(summ.get("files"), list):
+            if _dir_id(os.lstat(path)) != dir_id or not _listed(summ.get("files")):
                 return None
             found = {}
             for n in names:
@@ -181,6 +181,23 @@ class ManifestIndex:
             log.debug("not writing the manifest index: %s", exc.strerror)
             return False
         return True
+
+
+def _listed(files: object) -> bool:
+    """A row's files have the shape the size checks read (the index is sealed, but never trusted with a crash)."""
+    return isinstance(files, list) and all(
+        isinstance(f, dict) and isinstance(f.get("path"), str) and isinstance(f.get("bytes"), int)
+        and isinstance(f.get("role"), str) for f in files)
+
+
+def _key_document_ok(doc: object) -> bool:
+    """A shared key document has the shape ``ls`` reads (dicts where it looks inside)."""
+    if not isinstance(doc, dict):
+        return False
+    build = doc.get("build") or {}
+    return all(isinstance(doc.get(k) or {}, dict) for k in ("builder", "build", "device")) and \
+        isinstance(build.get("shapes") or {}, dict) and \
+        all(isinstance(s, dict) for s in (build.get("shapes") or {}).values())
 
 
 __all__ = ["INDEX", "RACY_SECONDS", "SCHEMA", "ManifestIndex", "summary"]
