@@ -112,12 +112,18 @@ _DESCRIBED: dict[int, tuple[dict[str, Any], dict[str, str]]] = {}
 
 
 def _describe(doc: dict[str, Any]) -> dict[str, str]:
-    builder, build = doc.get("builder") or {}, doc.get("build") or {}
-    shapes = ",".join(f"{n}={'x'.join(map(str, s.get('opt', [])))}" for n, s in sorted(
-        (build.get("shapes") or {}).items()))
+    """Labels from a key document; a part of another shape than trtwarm writes (a hand-edited manifest) reads as
+    unknown, never as an error: ``ls`` must list a volume whatever one entry holds."""
+    builder, build = _obj(doc.get("builder")), _obj(doc.get("build"))
+    shapes = ",".join(f"{n}={'x'.join(map(str, _obj(s).get('opt') or []))}" for n, s in sorted(
+        _obj(build.get("shapes")).items()))
     return {"builder": f"{builder.get('name', '?')} {builder.get('version', '')}".strip(),
-            "device": short_name(doc.get("device") or {}), "precision": str(build.get("precision", "")),
+            "device": short_name(_obj(doc.get("device"))), "precision": str(build.get("precision", "")),
             "shapes": shapes or "static"}
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 @dataclass(frozen=True)

@@ -130,6 +130,14 @@ def init_command(doc: Mapping[str, Any], name: str, cache_dir: str) -> str:
     return shlex.join(args)
 
 
+def _init_command(doc: Mapping[str, Any], name: str, cache_dir: str) -> str | None:
+    """:func:`init_command`, or None for a key document of another shape than trtwarm writes (hand-edited)."""
+    try:
+        return init_command(doc, name, cache_dir)
+    except (AttributeError, TypeError, KeyError, ValueError):  # the document's parts are not the mappings it writes
+        return None
+
+
 def _verify_now(info: EntryInfo) -> str:
     from trtwarm.volume.store import check_entry
 
@@ -150,7 +158,7 @@ def describe(inv: Inventory, info: EntryInfo, cache_dir: str, verify: bool,
             "trtwarm_version": m.get("trtwarm_version"), "schema": m.get("schema"),
             "signature": signature_status(info, policy), "leases": _leases(inv, info.key),
             "verified_now": _verify_now(info) if verify else None,
-            "init_command": init_command(doc, info.name, cache_dir) if doc else None}
+            "init_command": _init_command(doc, info.name, cache_dir) if doc else None}
 
 
 def _who(by: Mapping[str, Any] | None) -> str:
