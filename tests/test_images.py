@@ -222,7 +222,11 @@ def test_two_init_containers_race_one_builds_one_waits_and_the_sidecar_reports_t
         wait_until(lambda: get(f"http://127.0.0.1:{port}/readyz")[0] == 200, 60, "the sidecar reporting ready")
         metrics = get(f"http://127.0.0.1:{port}/metrics")[1]
         assert 'trtwarm_init_total{result="waited"} 1.0' in metrics and "trtwarm_engine_ready 1.0" in metrics
-        (lease,) = (cache / ".leases").glob("*/ml.init-b.json")  # the Pod's in-use lease, kept by its sidecar
+        (lease,) = (cache / ".leases").glob("*/ml.init-b.json")  # the Pod's in-use lease, written by its init
+        # the sidecar takes it over on its next look at the hand-off (every second until ready): wait for that, as
+        # an init that exits at once (os._exit) may leave less than a second between the two
+        wait_until(lambda: "holding its in-use lease" in podman.run("logs", sidecar, check=False).stderr, 30,
+                   "the sidecar holding the Pod's lease")
     finally:
         podman.run("stop", "--time", "10", sidecar, check=False)
         podman.run("rm", "--force", sidecar, check=False)
