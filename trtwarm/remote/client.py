@@ -155,6 +155,22 @@ class Client:
 
         return memoryview(self._call("GET", path, obstore.get_range, start=start, length=length))
 
+    def stream_range(self, path: str, start: int, length: int, piece: int) -> Iterator[memoryview]:
+        """Bytes ``[start, start+length)`` of *path* as they arrive, in pieces of about *piece* bytes (obstore joins
+        the HTTP frames up to that size: a cache-sized buffer, reused, instead of one buffer of *length*).
+
+        :raises FileNotFoundError: the object vanished; :raises RemoteError: the request or the body failed
+        """
+        import obstore
+
+        result = self._call("GET", path, obstore.get, options={"range": (start, start + length)})
+        pieces = iter(result.stream(min_chunk_size=piece))
+        while True:  # each step reads the body: its failures are classified like the request's
+            data = self._call("GET", path, lambda _s, _p: next(pieces, None))
+            if data is None:
+                return
+            yield memoryview(data)
+
     def put_create(self, path: str, data: bytes) -> bool:
         """Create *path* only if absent (``If-None-Match: *``, one buffered PUT: small objects only).
 
