@@ -56,7 +56,8 @@ def _cpu_of(pid: int) -> float:
 def _timed_run(argv: list[str], server_pid: int, **kwargs: object) -> tuple[float, float, float, str]:
     """Run *argv*: its wall seconds, its CPU seconds, the server's CPU seconds meanwhile, and its stdout."""
     cpu0, server0, start = os.times(), _cpu_of(server_pid), time.perf_counter()
-    out = subprocess.run(argv, capture_output=True, text=True, check=True, **kwargs).stdout  # type: ignore[call-overload]
+    out = subprocess.run(argv, capture_output=True, text=True, check=True,
+                         **kwargs).stdout  # type: ignore[call-overload]
     wall, cpu1 = time.perf_counter() - start, os.times()
     cpu = cpu1.children_user - cpu0.children_user + cpu1.children_system - cpu0.children_system
     return wall, cpu, _cpu_of(server_pid) - server0, out
