@@ -112,8 +112,8 @@ ENTRYPOINT ["trtwarm-sidecar"]
 # ---- init-pull: pull-only consumers of the central engine repository (trtwarm init --read-only --remote) ---------
 # No CUDA, no TensorRT, no onnxruntime: the engine comes from the repository, the GPU from NVML (libnvidia-ml is
 # mounted by the NVIDIA container toolkit), the TensorRT version from --tensorrt-version (TRTWARM_TENSORRT_VERSION).
-# onnx stays: the key holds the model's digests and the shapes are checked against its inputs. (Not built by
-# images/build.sh yet: `docker build --target init-pull .`)
+# onnx stays: the key holds the model's digests and the shapes are checked against its inputs.
+# Built like the others: images/build.sh init-pull TAG (tests/test_images.py runs it as a pull-only consumer).
 FROM ${PYTHON_IMAGE} AS init-pull
 ARG TRTWARM_UID=1000
 ARG TRTWARM_GID=1000
@@ -122,9 +122,10 @@ ARG PIP_EXTRA_INDEX_URL=
 ARG PIP_TRUSTED_HOST=
 ARG PIP_NO_INDEX=
 ARG PIP_FIND_LINKS=/wheelhouse
+ARG PYTHON_IMAGE
 ENV VIRTUAL_ENV=/opt/trtwarm PATH=/opt/trtwarm/bin:$PATH HOME=/home/trtwarm PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-COPY --chmod=0755 images/setup-base.sh /usr/local/lib/trtwarm/
+COPY --chmod=0755 images/setup-base.sh images/labels.py /usr/local/lib/trtwarm/
 COPY --chmod=0755 cmd/trtwarm-init cmd/trtwarm-sidecar /usr/local/bin/
 RUN /usr/local/lib/trtwarm/setup-base.sh "${TRTWARM_UID}" "${TRTWARM_GID}"
 COPY --from=dist /dist/ /tmp/dist/
@@ -133,6 +134,9 @@ RUN --mount=type=bind,source=images/wheelhouse,target=/wheelhouse \
     && pip install "filelock>=4.3,<5" "onnx>=1.16" "nvidia-ml-py>=12.560" "obstore>=0.12,<0.13" "cryptography>=42" \
     && pip install --no-deps /tmp/dist/trtwarm-*.whl \
     && python -m compileall -q /opt/trtwarm && rm -rf /tmp/dist
+ARG REVISION=unknown
+ARG CREATED=unknown
+RUN python /usr/local/lib/trtwarm/labels.py init-pull "${PYTHON_IMAGE}" "${REVISION}" "${CREATED}" > /opt/trtwarm/labels
 LABEL org.opencontainers.image.title="trtwarm-init-pull" \
       org.opencontainers.image.description="trtwarm init for pull-only consumers (no CUDA, TensorRT or onnxruntime)" \
       org.opencontainers.image.licenses="Apache-2.0" \

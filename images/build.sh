@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build a trtwarm image and label it with what only the finished build knows.
 #
-#   images/build.sh init|sidecar TAG [build options passed to the engine, e.g. --build-arg K=V, --network host]
+#   images/build.sh init|sidecar|init-pull TAG [build options passed to the engine, e.g. --build-arg K=V, --network host]
 #
 # Step 1 builds the Dockerfile's target. Step 2 reads /opt/trtwarm/labels from the image without running it
 # (create + cp, so it works for any platform) and rebuilds FROM it with those labels: a metadata-only step, no new
@@ -9,8 +9,8 @@
 # installed), hence the two steps. ENGINE=docker|podman picks the tool (default: podman if installed, else docker).
 # REVISION and CREATED default to the git commit and the current UTC time.
 set -euo pipefail
-if [ $# -lt 2 ] || { [ "$1" != init ] && [ "$1" != sidecar ]; }; then
-  echo "usage: $0 init|sidecar TAG [build options...]" >&2
+if [ $# -lt 2 ] || { [ "$1" != init ] && [ "$1" != sidecar ] && [ "$1" != init-pull ]; }; then
+  echo "usage: $0 init|sidecar|init-pull TAG [build options...]" >&2
   exit 2
 fi
 target=$1 tag=$2

@@ -6,7 +6,7 @@ A Dockerfile ``LABEL`` cannot hold a value computed while building, so the build
 installed distribution's metadata, else ``tensorrt.__version__``), so the label names the TensorRT the engines
 are built with, whichever way it came into the image (TENSORRT_PACKAGE, or the base image's own).
 
-Usage: ``python labels.py init|sidecar BASE_IMAGE REVISION CREATED [EXPECTED_TENSORRT_VERSION]``; with the last
+Usage: ``python labels.py init|sidecar|init-pull BASE_IMAGE REVISION CREATED [EXPECTED_TENSORRT_VERSION]``; with the last
 argument (the build pinned a TensorRT) a different version found is an error that fails the build, e.g. a base
 image's own TensorRT shadowing the one asked for.
 """

