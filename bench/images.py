@@ -4,7 +4,8 @@
 from Debian packages, no registry), measures, and replaces the table between the ``<!-- bench-images -->`` markers
 in README.md; ``bench/run.py`` runs it too (``--only images``). Where podman cannot run, it says why and measures nothing.
 
-* sizes: the sidecar image, and the init image without TensorRT (``TENSORRT_PACKAGE=""``), on the Debian base;
+* sizes: the sidecar image, the init image without TensorRT (``TENSORRT_PACKAGE=""``) and the init-pull image (pull-only
+  consumers: no onnxruntime either), on the Debian base;
 * start: ``podman run -d`` of the sidecar to the first ``/healthz`` 200 through a published port, vs the same
   server started as a host process (the floor: what the container adds is the ratio);
 * hit: ``trtwarm init`` finding a 10 MiB engine, in a fresh container (``podman run --rm``) vs a host process.
@@ -125,10 +126,13 @@ def bench_images(work: Path, repeat: int = 5) -> dict[str, object] | str:
         sidecar = podman.build("sidecar", "bench-sidecar", "--build-arg", f"PYTHON_IMAGE={base}", "--network", "host")
         init = podman.build("init", "bench-init", "--build-arg", f"BASE_IMAGE={base}", "--build-arg",
                             f"PYTHON_IMAGE={base}", "--build-arg", "TENSORRT_PACKAGE=", "--network", "host")
+        init_pull = podman.build("init-pull", "bench-init-pull", "--build-arg", f"PYTHON_IMAGE={base}",
+                                 "--network", "host")
         start_container, start_host = _start_times(podman, sidecar, work, repeat)
         hit_container, hit_host, host_hit = _hit_times(podman, init, work, repeat)
         assert host_hit, "the host's init did not hit the container's entry"
         return {"sidecar_bytes": podman.size(sidecar), "init_bytes": podman.size(init),
+                "init_pull_bytes": podman.size(init_pull),
                 "base_bytes": podman.size(base), "start_container_s": start_container, "start_host_s": start_host,
                 "hit_container_s": hit_container, "hit_host_s": hit_host}
     finally:
@@ -148,6 +152,8 @@ def render_images(result: dict[str, object] | str) -> str:
         f"{r['sidecar_bytes'] / r['base_bytes']:.2f} |",
         f"| init, no TensorRT | image size | {r['init_bytes'] / mb:.0f} MB | base {r['base_bytes'] / mb:.0f} MB | "
         f"{r['init_bytes'] / r['base_bytes']:.2f} |",
+        f"| init-pull (pull-only) | image size | {r['init_pull_bytes'] / mb:.0f} MB | base {r['base_bytes'] / mb:.0f} MB "
+        f"| {r['init_pull_bytes'] / r['base_bytes']:.2f} |",
         f"| sidecar | `podman run` → `/healthz` 200 | {r['start_container_s'] * 1000:.0f} ms | host process "
         f"{r['start_host_s'] * 1000:.0f} ms | {r['start_container_s'] / r['start_host_s']:.2f} |",
         f"| init | hit, 10 MiB engine, wall | {r['hit_container_s'] * 1000:.0f} ms (`podman run --rm`) | host process "

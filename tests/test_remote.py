@@ -394,3 +394,30 @@ def test_signed_engines_travel_with_their_signature_and_the_trust_policy_guards_
     assert builder.returncode == 0 and builder.summary["result"] == "built", builder.stderr
     assert "refused the remote engine" in builder.stderr
     assert handoff_doc(tmp_path / "he")["remote"]["errors"]["trust"] == 1
+
+
+def test_a_store_without_create_only_puts_gets_the_read_back_fallback_first_ref_kept_and_said(
+        s3: SeaweedServer, url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The fallback protocol on a real store, chosen as the probe chooses it on a store that ignores
+    ``If-None-Match`` (no server here both ignores it and otherwise works): the first pusher's ref is written and
+    read back as its own; a later pusher with another manifest finds it, writes nothing, adopts it, and warns."""
+    from trtwarm.remote import repo as repo_module
+    from trtwarm.remote.client import Client
+    from trtwarm.remote.repo import Repository, make_ref
+    from trtwarm.remote.url import parse
+
+    key = "ab" * 32
+    first, second = ({"key": key, "files": [{"path": "engine.plan", "role": "engine", "bytes": 1, "sha256": c * 64}]}
+                     for c in "12")  # two pushers' engines of one key (tactic timing differs)
+    repository = Repository(Client(parse(url, s3.env())))
+    describe = repository.client.remote.describe()
+    repo_module._probe_cache[describe] = False
+    try:
+        assert repository.create_ref(key, make_ref(first, None)) == (True, make_ref(first, None))
+        with caplog.at_level("WARNING", logger="trtwarm.remote"):
+            ours, winner = repository.create_ref(key, make_ref(second, None))
+    finally:
+        del repo_module._probe_cache[describe]
+    assert not ours and winner["manifest"] == first
+    assert repository.get_ref(key)["manifest"] == first  # never overwritten
+    assert "lacks conditional writes" in caplog.text and key[:16] in caplog.text

@@ -24,6 +24,8 @@ test_eight_concurrent_pushers_of_one_key_leave_one_ref_and_every_volume_runs_its
 test_a_corrupt_blob_is_refused_reported_and_rebuilt_and_the_push_repairs_it = \
     seaweed.test_a_corrupt_blob_is_refused_reported_and_rebuilt_and_the_push_repairs_it
 test_remote_gc_never_removes_a_blob_a_ref_points_to = seaweed.test_remote_gc_never_removes_a_blob_a_ref_points_to
+test_a_store_without_create_only_puts_gets_the_read_back_fallback_first_ref_kept_and_said = \
+    seaweed.test_a_store_without_create_only_puts_gets_the_read_back_fallback_first_ref_kept_and_said
 pytestmark = [pytest.mark.rgw, pytest.mark.skipif(missing() is not None, reason=str(missing()))]
 
 
