@@ -5,8 +5,9 @@ Each blob is cut into ``chunk``-sized ranges; at most ``window`` ranges are in f
 to the file at its offset in ``PIECE``-sized writes as the bytes arrive; the caller's thread hashes the finished
 ranges in order, read back from the page cache the writes just filled through one 1 MiB buffer, so memory stays at
 a few MiB whatever the engine's size and the fetches never wait for the hash. A blob whose size or SHA-256
-differs from the manifest raises :class:`BlobCorrupt` before anything is published; the caller's staging directory is then discarded. Transient failures are retried
-by the client (see :mod:`trtwarm.remote.client`); a range that fails after that fails the pull.
+differs from the manifest raises :class:`BlobCorrupt` before anything is published; the caller's staging
+directory is then discarded. Transient failures are retried by the client (see :mod:`trtwarm.remote.client`); a
+range that fails after that fails the pull.
 """
 
 from __future__ import annotations
