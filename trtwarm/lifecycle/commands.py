@@ -64,7 +64,8 @@ def _ls(ns: argparse.Namespace) -> int:
     else:
         _print_table(inv, rows, filters, columns, verified)
     if inv.index is not None and inv.index.stale:
-        sys.stdout.flush()  # the listing is out before the index is written
+        if sys.stdout is not None:  # None: started with standard output closed
+            sys.stdout.flush()  # the listing is out before the index is written
         inv.index.save(inv.layout)
     return 0
 
