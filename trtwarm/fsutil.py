@@ -11,7 +11,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 _CHUNK = 4 * 1024 * 1024
 
@@ -19,6 +19,31 @@ _CHUNK = 4 * 1024 * 1024
 READ_ONLY_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 #: errno values that mean "the volume is full".
 FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+class Mount(NamedTuple):
+    """One line of ``/proc/self/mountinfo``: where a filesystem is mounted, and which part of it."""
+
+    point: str  # the mount point
+    root: str  # the directory of the filesystem mounted there (a bind mount's source, within that filesystem)
+    device: str  # ``major:minor``
+    fstype: str
+    options: str  # super options, then mount options, comma-joined
+
+
+def mount_of(path: Path | str, mountinfo: str) -> Mount:
+    """The mount holding *path* in *mountinfo* (the text of ``/proc/self/mountinfo``): the longest mount point above
+    it, the later line on a tie (a mount stacked over another). Unknown: ``Mount("/", "/", "", "", "")``."""
+    path, best = str(path), Mount("/", "/", "", "", "")
+    for line in mountinfo.splitlines():
+        left, _, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if len(fields) < 6 or len(tail) < 3:
+            continue
+        point = fields[4].replace("\\040", " ")
+        if (path == point or path.startswith(point.rstrip("/") + "/")) and len(point) >= len(best.point):
+            best = Mount(point, fields[3].replace("\\040", " "), fields[2], tail[0], tail[2] + "," + fields[5])
+    return best
 
 
 def sha256_file(path: Path) -> tuple[str, int]:
@@ -155,6 +180,8 @@ def pid_alive(pid: int) -> bool:
 
 
 __all__ = [
+    "Mount",
+    "mount_of",
     "FULL_ERRNOS",
     "READ_ONLY_ERRNOS",
     "TooLarge",

@@ -28,7 +28,7 @@ from typing import Any
 
 from trtwarm.config import Identity
 from trtwarm.errors import LockTimeoutError
-from trtwarm.fsutil import atomic_write_json, read_json_object
+from trtwarm.fsutil import atomic_write_json, mount_of, read_json_object
 from trtwarm.volume.layout import Layout
 
 log = logging.getLogger("trtwarm.lock")
@@ -43,21 +43,6 @@ LOOK_SECONDS = 0.5
 _NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS})
 
 
-def _mount_of(path: Path, mountinfo: str) -> tuple[str, str, str]:
-    """Return ``(mount point, fstype, super options)`` of the mount holding *path*."""
-    best = ("/", "", "")
-    for line in mountinfo.splitlines():
-        left, _, right = line.partition(" - ")
-        fields, tail = left.split(), right.split()
-        if len(fields) < 5 or len(tail) < 3:
-            continue
-        point = fields[4].replace("\\040", " ")
-        inside = str(path) == point or str(path).startswith(point.rstrip("/") + "/")
-        if inside and len(point) >= len(best[0]):
-            best = (point, tail[0], tail[2] + "," + fields[5])
-    return best
-
-
 def detect_mode(path: Path, mountinfo: str | None = None) -> tuple[str, str]:
     """Return ``(lock mode, filesystem type)`` suited to the volume at *path*."""
     if mountinfo is None:
@@ -65,7 +50,8 @@ def detect_mode(path: Path, mountinfo: str | None = None) -> tuple[str, str]:
             mountinfo = Path("/proc/self/mountinfo").read_text()
         except OSError:
             return "flock", "unknown"
-    _point, fstype, options = _mount_of(Path(os.path.realpath(path)), mountinfo)
+    mount = mount_of(os.path.realpath(path), mountinfo)
+    fstype, options = mount.fstype, mount.options
     opts = set(options.split(","))
     if fstype.startswith("fuse"):
         return "lease", fstype

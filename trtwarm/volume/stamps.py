@@ -42,7 +42,7 @@ import stat
 import time
 from pathlib import Path
 
-from trtwarm.fsutil import TooLarge, atomic_write_json, read_bounded, sha256_file
+from trtwarm.fsutil import TooLarge, atomic_write_json, mount_of, read_bounded, sha256_file
 
 log = logging.getLogger("trtwarm.stamps")
 RACY_SECONDS = 2.0
@@ -70,17 +70,9 @@ def _unsafe_because(st: os.stat_result) -> str:
 def _where(path: Path, mountinfo: str) -> tuple[str, str]:
     """``(device, location within that filesystem)`` of *path*: its mount's ``major:minor`` and root joined with the
     rest of the path, so two bind mounts of one filesystem compare by where they really point."""
-    best = ("", "/", "/")  # device, mount root, mount point
-    for line in mountinfo.splitlines():
-        fields = line.split(" - ")[0].split()
-        if len(fields) < 5:
-            continue
-        point = fields[4].replace("\\040", " ")
-        if (str(path) == point or str(path).startswith(point.rstrip("/") + "/")) and len(point) >= len(best[2]):
-            best = (fields[2], fields[3].replace("\\040", " "), point)
-    device, root, point = best
-    rest = str(path)[len(point.rstrip("/")):].lstrip("/")
-    return device, os.path.join(root, rest) if rest else root
+    mount = mount_of(path, mountinfo)
+    rest = str(path)[len(mount.point.rstrip("/")):].lstrip("/")
+    return mount.device, os.path.join(mount.root, rest) if rest else mount.root
 
 
 def on_volume(directory: Path, volume: Path, mountinfo: str | None = None) -> bool:
