@@ -39,11 +39,11 @@ from typing import Any
 from trtwarm.fsutil import TooLarge, atomic_write, read_bounded
 from trtwarm.volume.files import MANIFEST
 from trtwarm.volume.layout import Layout
+from trtwarm.volume.statcache import RACY_SECONDS
 
 log = logging.getLogger("trtwarm.index")
 INDEX = ".manifest-index.json"
 SCHEMA = "trtwarm.manifest-index/v1"
-RACY_SECONDS = 2.0
 _LIMIT = 1 << 28
 #: the manifest fields a row keeps besides ``files`` and ``key_document`` (see :class:`trtwarm.lifecycle.inventory.
 #: EntryInfo`, ``as_json`` and ``describe``, the only readers of an ``ls`` entry's manifest)

@@ -43,18 +43,13 @@ import time
 from pathlib import Path
 
 from trtwarm.fsutil import TooLarge, atomic_write_json, mount_of, read_bounded, sha256_file
+from trtwarm.volume.statcache import RACY_SECONDS, identity  # a stamp is keyed as the stat cache is
 
 log = logging.getLogger("trtwarm.stamps")
-RACY_SECONDS = 2.0
 #: how long a stamp is trusted before the file is hashed again (catches silent media corruption)
 MAX_AGE_SECONDS = 24 * 3600.0
 _LIMIT = 4096
 _UNSAFE_MODE = stat.S_IWGRP | stat.S_IWOTH
-
-
-def identity(st: os.stat_result) -> list[int]:
-    """The fields a stamp is keyed by; any write to the file changes at least ``ctime_ns``."""
-    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
 def _owned_safely(st: os.stat_result) -> bool:

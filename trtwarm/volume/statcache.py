@@ -19,11 +19,13 @@ from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS, TooLarge, atomic_write
 from trtwarm.model import ModelFacts, check_model_path, inspect_uncached
 
 log = logging.getLogger("trtwarm.statcache")
+#: a file changed less than this before it was read is not memoised (here, in stamps or in ls's manifest index)
 RACY_SECONDS = 2.0
 _LIMIT = 1 << 20
 
 
-def _stamp(st: os.stat_result) -> list[int]:
+def identity(st: os.stat_result) -> list[int]:
+    """A file's identity for memoising what its bytes gave: any write changes at least ``ctime_ns``."""
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
@@ -35,9 +37,9 @@ def _record_path(cache_dir: Path, model: Path) -> Path:
 def _stamps(model: Path, facts: ModelFacts) -> dict[str, list[int]] | None:
     """Current stamps of the model's files, or None if one is gone."""
     try:
-        stamps = {"": _stamp(model.stat())}
+        stamps = {"": identity(model.stat())}
         for f in facts.external:
-            stamps[f.location] = _stamp((model.parent / f.location).stat())
+            stamps[f.location] = identity((model.parent / f.location).stat())
     except OSError:
         return None
     return stamps
@@ -83,9 +85,9 @@ def inspect_model(model: Path, cache_dir: Path | None) -> tuple[ModelFacts, bool
     facts = inspect_uncached(model, before)
     stamps = _stamps(model, facts)
     # a file rewritten while it was being hashed must not be memoised under its new stamp
-    if record is not None and stamps == {k: _stamp(v) for k, v in before.items()}:
+    if record is not None and stamps == {k: identity(v) for k, v in before.items()}:
         _store(record, model, facts, stamps)
     return facts, False
 
 
-__all__ = ["RACY_SECONDS", "inspect_model"]
+__all__ = ["RACY_SECONDS", "identity", "inspect_model"]
