@@ -3,7 +3,9 @@
 * pull of a 1 GiB engine blob (trtwarm's parallel ranged GETs, hashed while streaming, written to a file) vs
   ``curl`` of the same object (a presigned URL) to a file in the same run. Target: throughput >= 0.8 x curl's.
 * peak RSS of the process doing that pull (target <= 300 MB), measured by the pulling process itself.
-* verification overhead: the same pull without SHA-256 beside it; 1 - bare / verified wall time (<= 10 %).
+* verification overhead: the same pull without SHA-256 beside it; 1 - bare / verified wall time (<= 10 %). Beside
+  it, the CPU floor: SHA-256's own CPU over the blob spread over every core, the least a pull whose cores are all
+  busy (the store shares them here) can add.
 * end to end: ``trtwarm init`` on an empty volume that pulls the engine (result ``pulled``), for the record.
 """
 
@@ -77,7 +79,7 @@ def _blob(work: Path, size: int) -> tuple[Path, str]:
     return path, digest.hexdigest()
 
 
-def bench_remote(work: Path, size: int = 1024 * MiB, repeat: int = 3) -> dict[str, object]:
+def bench_remote(work: Path, size: int = 1024 * MiB, repeat: int = 5) -> dict[str, object]:
     """Pull vs curl of one *size* blob; RSS and hashing share of the pull; an end-to-end pulled init."""
     import datetime
 
@@ -114,7 +116,8 @@ def bench_remote(work: Path, size: int = 1024 * MiB, repeat: int = 3) -> dict[st
             (work / "curl.bin").unlink()
         best, curl = min(pulls, key=lambda p: p["seconds"]), min(curls, key=lambda p: p["seconds"])
         bare_best = min(bare, key=lambda p: p["seconds"])
-        return {"size_mib": size // MiB, "pull_s": best["seconds"], "curl_s": curl["seconds"],
+        return {"verify_floor": _hash_cpu(size) / (os.cpu_count() or 1) / best["seconds"], "size_mib": size // MiB,
+                "pull_s": best["seconds"], "curl_s": curl["seconds"],
                 "ratio": curl["seconds"] / best["seconds"], "max_rss_mb": max(p["max_rss_mb"] for p in pulls),
                 "bare_pull_s": bare_best["seconds"], "verify_overhead": 1 - bare_best["seconds"] / best["seconds"],
                 "cpu": {"pull": (best["cpu_s"], best["server_cpu_s"]), "bare": (bare_best["cpu_s"],
@@ -123,6 +126,17 @@ def bench_remote(work: Path, size: int = 1024 * MiB, repeat: int = 3) -> dict[st
                 "init_pulled_s": _init_pull(work, env, sha, size, remote)}
     finally:
         server.stop()
+
+
+def _hash_cpu(size: int) -> float:
+    """CPU seconds SHA-256 takes over *size* bytes here. Where the cores are all busy (the store shares them in this
+    bench) that CPU spread over every core is the least overhead verification can add to a pull."""
+    import hashlib
+
+    piece, digest, start = os.urandom(MiB), hashlib.sha256(), time.process_time()
+    for _ in range(size // MiB):
+        digest.update(piece)
+    return time.process_time() - start
 
 
 def _init_pull(work: Path, env: dict[str, str], sha: str, size: int, remote: object) -> float:
@@ -159,7 +173,8 @@ def render(row: dict[str, object]) -> str:
         f"| {row['size_mib']} MiB | {row['pull_s']:.2f} s | {row['curl_s']:.2f} s | {row['ratio']:.2f} "
         f"({'met' if row['ratio'] >= 0.8 else 'MISSED'}) | {row['max_rss_mb']:.0f} MB "
         f"({'met' if row['max_rss_mb'] <= 300 else 'MISSED'}) | {row['bare_pull_s']:.2f} s | "
-        f"{100 * row['verify_overhead']:.1f} % ({'met' if row['verify_overhead'] <= 0.10 else 'MISSED'}) | "
+        f"{100 * row['verify_overhead']:.1f} % ({'met' if row['verify_overhead'] <= 0.10 else 'MISSED'}; "
+        f"CPU floor here {100 * row['verify_floor']:.0f} %) | "
         f"{row['init_pulled_s']:.2f} s |", "",
         "CPU seconds of the fastest run of each (client + server, on {cpus} cores; load average {load:.1f} at the "
         "end):\n{cells}. Wall time cannot fall below the sum divided by the cores.".format(
