@@ -112,7 +112,7 @@ def test_stamped_hits_can_share_a_node_directory_of_stamps() -> None:
     assert all("trtwarm-stamps" not in mounts(c) for c in spec["containers"])  # the server cannot write stamps
     default = container(pod_spec(objects(render({"engine": {"verify": "stamp"}}))), "trtwarm-init")
     assert flag(default, "stamp-dir") is None and "trtwarm-stamps" not in mounts(default)
-    with pytest.raises(helm.HelmError, match="engine.stamps.hostPath needs engine.verify=stamp"):
+    with pytest.raises(helm.HelmError, match="engine.stamps.hostPath needs engine.verify=stamp or a trust.mode"):
         render({"engine": {"stamps": {"hostPath": "/var/lib/trtwarm/stamps"}}})
     for inside in ("/var/lib/trtwarm/cache", "/var/lib/trtwarm/cache/stamps"):  # a volume writer could forge them
         with pytest.raises(helm.HelmError, match="inside cache.hostPath.path"):

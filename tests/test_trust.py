@@ -256,16 +256,18 @@ def test_enforce_without_a_signing_key_waits_and_says_why(model: Path, cache: Pa
     assert entries(cache) == []  # it built nothing it would itself refuse
 
 
+@pytest.mark.parametrize("verify", ["stamp", "digest"])
 def test_a_signature_verified_before_on_this_node_is_trusted_only_for_the_same_bytes_and_keys(
-        model: Path, cache: Path, tmp_path: Path) -> None:
-    """``--verify stamp`` records each signature it verified in the node-local stamp directory; a later hit with the
-    same manifest, envelope and trusted keys skips the check, and any change is checked afresh (README, Trust)."""
+        model: Path, cache: Path, tmp_path: Path, verify: str) -> None:
+    """Under a trust policy, init records each signature it verified in the node-local stamp directory (with
+    ``--verify stamp`` and ``digest`` alike); a later hit with the same manifest, envelope and trusted keys skips the
+    check, and any change is checked afresh (README, Trust)."""
     private, public = keypair(tmp_path, "ci")
     _stranger_private, stranger = keypair(tmp_path, "stranger")
     assert run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h0", "--signing-key", str(private))).returncode == 0
     [entry] = entries(cache)
     stamps = tmp_path / "node-stamps"
-    consumer = ("--read-only", "--verify", "stamp", "--stamp-dir", str(stamps), "--trust-policy")
+    consumer = ("--read-only", "--verify", verify, "--stamp-dir", str(stamps), "--trust-policy")
 
     def hit(trusted: Path, handoff: str):  # noqa: ANN202
         return run_trtwarm(*cmd_init_args(model, cache, tmp_path / handoff, *consumer, str(trusted)))

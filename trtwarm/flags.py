@@ -62,8 +62,8 @@ def add_run_flags(init: argparse.ArgumentParser) -> None:
     init.add_argument("--verify", default="digest", choices=["stamp", "digest", "load"],
                       help="check on a hit: stamp (skip the hash of files this node verified and that did not "
                       "change), digest (SHA-256), load (digest and a real load) (%(default)s)")
-    init.add_argument("--stamp-dir", help="--verify stamp: node-local directory of stamps, private to this uid "
-                      "(default: <handoff-dir>/stamps)")
+    init.add_argument("--stamp-dir", help="node-local directory, private to this uid, of the stamps of --verify stamp "
+                      "and of the signatures verified under a trust policy (default: <handoff-dir>/stamps)")
     init.add_argument("--stamp-max-age", default="1d", help="--verify stamp: re-hash a file whose stamp is older "
                       "(%(default)s)")
     init.add_argument("--triton-repo", help="also lay out a Triton model repository here")

@@ -77,10 +77,12 @@ class Plan:
         return check
 
 
-def _stamps(settings: Settings) -> StampBook | None:
-    """The stamp book of ``--verify stamp``. :raises ConfigError: its directory is on the cache volume, where
+def _stamps(settings: Settings, trusting: bool) -> StampBook | None:
+    """The node-local stamp book: file stamps under ``--verify stamp``, and, under a trust policy (*trusting*), the
+    record of signatures verified before, whatever ``--verify`` (a signature's verdict depends on its bytes alone,
+    which the record's name fixes; README, Trust). :raises ConfigError: its directory is on the cache volume, where
     whoever can alter an engine could also write the stamp that vouches for it"""
-    if settings.verify != "stamp" or not settings.stamp_dir:
+    if not settings.stamp_dir or not (settings.verify == "stamp" or trusting):
         return None
     if on_volume(settings.stamp_dir, settings.cache_dir):
         raise ConfigError(f"the stamp directory {settings.stamp_dir} is on the cache volume {settings.cache_dir}: "
@@ -111,10 +113,10 @@ def resolve(settings: Settings) -> Plan:
     name = entry_name(doc, key, settings.name or settings.model.stem, unshaped=bool(unshaped))
     gate = Gate.create(settings.trust_policy, settings.trust_mode, settings.signing_key, settings.read_only)
     gate.require_signer_trusted(name, key)
-    stamps = _stamps(settings)
-    gate.verdicts = stamps  # signatures verified before on this node are recorded beside the stamps
+    book = _stamps(settings, gate.mode != "off")
+    gate.verdicts = book  # signatures verified before on this node are recorded beside the stamps
     return Plan(settings, layout, builder, facts, doc, key, name, {"key": time.monotonic() - start}, gate=gate,
-                stamps=stamps)
+                stamps=book if settings.verify == "stamp" else None)
 
 
 __all__ = ["Plan", "resolve"]

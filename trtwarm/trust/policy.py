@@ -149,7 +149,7 @@ class Gate:
         """``(True, signer key id)`` when a key trusted for *entry* signed exactly its manifest, else
         ``(False, reason)``. *signature*: the envelope when it is not on the volume (yet): a remote ref's.
 
-        With :attr:`verdicts` (``--verify stamp``), a signature this node verified before for the same envelope,
+        With :attr:`verdicts` (a node-local stamp directory, any ``--verify``), a signature this node verified before for the same envelope,
         manifest and trusted keys is not checked again (see :meth:`trtwarm.volume.stamps.StampBook.signer`).
         """
         try:
@@ -162,6 +162,7 @@ class Gate:
         expected = envelope.statement(entry.manifest, entry.files)
         fingerprint = _fingerprint(doc, expected, pems) if self.verdicts is not None else None
         if fingerprint and (known := self.verdicts.signer(fingerprint)) in pems:
+            log.info("entry %s: signature verified before on this node (key %s)", entry.name, known[:16])
             return True, known
         trusted = {kid: self._public(kid, pem) for kid, pem in pems.items()}
         try:

@@ -19,9 +19,9 @@ Threat model (next to signing's, see README "Verification"):
   the manifest's digest: a hit is accepted only when the stamp's digest equals the digest the manifest (and, with
   signing, its verified signature) names, so stamps compose with signatures per file of the manifest.
 * **Signatures verified before.** Under a trust policy, the same directory also records each signature this node
-  verified (``sig-<fingerprint>.json``): the fingerprint is the SHA-256 of the envelope, of the statement rebuilt
-  from the manifest on the volume, and of the ids of the keys the policy trusts for the entry, so the record is the
-  verdict of exactly those inputs. A later hit that reads the same manifest and envelope under the same keys skips
+  verified (``sig-<fingerprint>.json``), whatever ``--verify``: the fingerprint is the SHA-256 of the envelope,
+  of the statement rebuilt from the manifest on the volume, and of the ids of the keys the policy trusts for the
+  entry, so the record is the verdict of exactly those inputs. A later hit that reads the same manifest and envelope under the same keys skips
   the Ed25519 check (and importing ``cryptography``, most of its cost); anything altered is checked afresh. Only
   valid signatures are recorded, under the same ownership rules and ``--stamp-max-age`` as stamps.
 * **Outside the model.** Someone who can set a file's ctime (root with the clock or the raw device, an NFS server's
@@ -212,8 +212,7 @@ class StampBook:
 
     def summary(self) -> str:
         """``N by stamp, M hashed (B bytes)`` for the log."""
-        text = f"{self.vouched} file(s) by stamp, {self.hashed} hashed ({self.hashed_bytes} bytes)"
-        return text + (", signature verified before on this node" if self.signatures_vouched else "")
+        return f"{self.vouched} file(s) by stamp, {self.hashed} hashed ({self.hashed_bytes} bytes)"
 
 
 __all__ = ["MAX_AGE_SECONDS", "RACY_SECONDS", "StampBook", "identity", "on_volume"]

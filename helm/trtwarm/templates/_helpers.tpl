@@ -179,7 +179,7 @@ value stay part of the argument). */}}
 {{- $a = append $a (printf "--verify=%v" $e.verify) -}}
 {{- if eq $e.verify "stamp" }}{{ $a = append $a (printf "--stamp-max-age=%v" $e.stamps.maxAge) }}{{ end -}}
 {{- if $e.stamps.hostPath -}}
-{{- if ne $e.verify "stamp" }}{{ fail "engine.stamps.hostPath needs engine.verify=stamp (only stamped hits use it)" }}{{ end -}}
+{{- if and (ne $e.verify "stamp") (eq .Values.trust.mode "off") }}{{ fail "engine.stamps.hostPath needs engine.verify=stamp or a trust.mode (only stamped hits and signature records use it)" }}{{ end -}}
 {{- $cachePath := trimSuffix "/" .Values.cache.hostPath.path -}}
 {{- if and (eq .Values.cache.type "hostPath") (or (eq (trimSuffix "/" $e.stamps.hostPath) $cachePath) (hasPrefix (printf "%s/" $cachePath) $e.stamps.hostPath)) }}{{ fail "engine.stamps.hostPath is inside cache.hostPath.path: a writer of the cache could forge stamps; choose a node directory outside the cache" }}{{ end -}}
 {{- $a = append $a "--stamp-dir=/var/lib/trtwarm-stamps" -}}
