@@ -40,6 +40,7 @@ usage = resource.getrusage(resource.RUSAGE_SELF)
 # VmHWM, not ru_maxrss: Linux carries ru_maxrss over exec from the forking parent (the bench, ~130 MB after its upload)
 hwm = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:"))
 print(json.dumps({"seconds": stats.seconds, "hash_seconds": stats.hash_seconds, "bytes": stats.bytes,
+                  "tail_seconds": stats.tail_seconds,
                   "cpu_s": usage.ru_utime + usage.ru_stime, "max_rss_mb": hwm / 1024}))
 """
 
@@ -120,6 +121,7 @@ def bench_remote(work: Path, size: int = 1024 * MiB, repeat: int = 5) -> dict[st
                 "pull_s": best["seconds"], "curl_s": curl["seconds"],
                 "ratio": curl["seconds"] / best["seconds"], "max_rss_mb": max(p["max_rss_mb"] for p in pulls),
                 "bare_pull_s": bare_best["seconds"], "verify_overhead": 1 - bare_best["seconds"] / best["seconds"],
+                "tail_s": best["tail_seconds"],
                 "cpu": {"pull": (best["cpu_s"], best["server_cpu_s"]), "bare": (bare_best["cpu_s"],
                         bare_best["server_cpu_s"]), "curl": (curl["cpu_s"], curl["server_cpu_s"])},
                 "cpus": os.cpu_count(), "load": os.getloadavg()[0],
@@ -174,7 +176,7 @@ def render(row: dict[str, object]) -> str:
         f"({'met' if row['ratio'] >= 0.8 else 'MISSED'}) | {row['max_rss_mb']:.0f} MB "
         f"({'met' if row['max_rss_mb'] <= 300 else 'MISSED'}) | {row['bare_pull_s']:.2f} s | "
         f"{100 * row['verify_overhead']:.1f} % ({'met' if row['verify_overhead'] <= 0.10 else 'MISSED'}; "
-        f"CPU floor here {100 * row['verify_floor']:.0f} %) | "
+        f"CPU floor here {100 * row['verify_floor']:.0f} %; hashing after the last byte: {row['tail_s']:.2f} s) | "
         f"{row['init_pulled_s']:.2f} s |", "",
         "CPU seconds of the fastest run of each (client + server, on {cpus} cores; load average {load:.1f} at the "
         "end):\n{cells}. Wall time cannot fall below the sum divided by the cores.".format(

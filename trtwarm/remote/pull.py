@@ -51,6 +51,8 @@ class PullStats:
     bytes: int = 0
     seconds: float = 0.0
     hash_seconds: float = 0.0
+    #: hashing after the last byte landed: what verification adds to a pull where a core is free to hash meanwhile
+    tail_seconds: float = 0.0
 
 
 def _check_present(repo: Repository, row: dict[str, Any]) -> str:
@@ -111,8 +113,10 @@ def fetch_blob(repo: Repository, row: dict[str, Any], dest: Path, pool: ThreadPo
         if pos != start + length:
             raise BlobCorrupt(f"blob {sha[:16]} ({row['path']}) in {repo.url}: the range at {start} came back "
                               f"{pos - start} bytes long, not {length} (truncated or replaced)", sha)
+        landed[0] = max(landed[0], time.monotonic())
         return length
 
+    landed = [0.0]  # when the last range finished landing
     futures = [pool.submit(fetch, start) for start in range(0, size, chunk)]
     try:
         for future, start in zip(futures, range(0, size, chunk)):  # in order: the hash needs the bytes in sequence
@@ -122,6 +126,7 @@ def fetch_blob(repo: Repository, row: dict[str, Any], dest: Path, pool: ThreadPo
                 _hash_range(fd, digest, buffer, start, length)
             stats.hash_seconds += time.monotonic() - started
             stats.bytes += length
+        stats.tail_seconds += max(0.0, time.monotonic() - landed[0])
     except FileNotFoundError:
         raise BlobCorrupt(f"blob {sha[:16]} vanished from {repo.url} during the pull", sha) from None
     finally:
