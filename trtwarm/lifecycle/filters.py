@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trtwarm.key import model_part
-from trtwarm.lifecycle.inventory import EntryInfo
+from trtwarm.lifecycle.entryinfo import EntryInfo
 
 _HEX = re.compile(r"[0-9a-f]{8,64}")
 #: the values of ``ls --status`` (``in-use``: a live Pod holds a lease on it)

@@ -25,7 +25,8 @@ from typing import Any
 
 from trtwarm.errors import LockTimeoutError
 from trtwarm.lifecycle.filters import select
-from trtwarm.lifecycle.inventory import EntryInfo, Inventory
+from trtwarm.lifecycle.entryinfo import EntryInfo
+from trtwarm.lifecycle.inventory import Inventory
 from trtwarm.volume import leases as leaselib
 from trtwarm.volume.layout import Layout
 from trtwarm.volume.lock import detect_mode, file_lock

@@ -12,7 +12,8 @@ from typing import Any
 
 from trtwarm.errors import ConfigError
 from trtwarm.key import model_part
-from trtwarm.lifecycle.inventory import EntryInfo, Inventory, OwnerInfo
+from trtwarm.lifecycle.entryinfo import EntryInfo, OwnerInfo
+from trtwarm.lifecycle.inventory import Inventory
 from trtwarm.lifecycle.tables import fit, human_age, human_bytes, render, utc
 
 WIDTH = 120

@@ -19,7 +19,8 @@ from trtwarm.errors import ConfigError, EntryInvalid
 from trtwarm.fsutil import read_json_object
 from trtwarm.key import model_part
 from trtwarm.lifecycle.filters import select
-from trtwarm.lifecycle.inventory import EntryInfo, Inventory, scan
+from trtwarm.lifecycle.entryinfo import EntryInfo
+from trtwarm.lifecycle.inventory import Inventory, scan
 from trtwarm.lifecycle.tables import human_age, human_bytes, utc
 from trtwarm.volume.layout import Layout
 

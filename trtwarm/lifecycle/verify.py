@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from trtwarm.errors import EntryInvalid
 from trtwarm.fsutil import atomic_write_json, read_json_object
-from trtwarm.lifecycle.inventory import EntryInfo, Inventory
+from trtwarm.lifecycle.entryinfo import EntryInfo
+from trtwarm.lifecycle.inventory import Inventory
 from trtwarm.volume.layout import Layout
 from trtwarm.volume.store import EngineStore, check_entry
 
