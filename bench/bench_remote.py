@@ -1,4 +1,5 @@
-"""Remote repository benchmarks (``python bench/run.py --only remote``; ``python bench/bench_remote.py [MiB]`` alone): a real SeaweedFS on loopback.
+"""Remote repository benchmarks (``python bench/run.py --only remote``; ``python bench/bench_remote.py [MiB]``
+alone): a real SeaweedFS on loopback.
 
 * pull of a 1 GiB engine blob (trtwarm's parallel ranged GETs, hashed while streaming, written to a file) vs
   ``curl`` of the same object (a presigned URL) to a file in the same run. Target: throughput >= 0.8 x curl's.
@@ -168,9 +169,10 @@ def render(row: dict[str, object]) -> str:
     return "\n".join([
         f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} CPUs by `python bench/run.py --only remote` "
         "(SeaweedFS `weed mini` on loopback).", "",
-        "| remote pull of a 1 GiB engine | trtwarm pull (4 ranged GETs in flight, SHA-256 while streaming) | floor: `curl` to a "
-        "file | throughput vs curl (target >= 0.8) | peak RSS (target <= 300 MB) | the same pull without SHA-256 | "
-        "verification overhead (target <= 10 %) | `trtwarm init` on an empty volume (`pulled`) |",
+        "| remote pull of a 1 GiB engine | trtwarm pull (4 ranged GETs in flight, SHA-256 while streaming) | "
+        "floor: `curl` to a file | throughput vs curl (target >= 0.8) | peak RSS (target <= 300 MB) | "
+        "the same pull without SHA-256 | verification overhead (target <= 10 %) | "
+        "`trtwarm init` on an empty volume (`pulled`) |",
         "|---|---|---|---|---|---|---|---|",
         f"| {row['size_mib']} MiB | {row['pull_s']:.2f} s | {row['curl_s']:.2f} s | {row['ratio']:.2f} "
         f"({'met' if row['ratio'] >= 0.8 else 'MISSED'}) | {row['max_rss_mb']:.0f} MB "

@@ -2,7 +2,8 @@
 
 ``python bench/images.py`` builds both images from this checkout with podman (``tests/podman_images.py``: a base made
 from Debian packages, no registry), measures, and replaces the table between the ``<!-- bench-images -->`` markers
-in README.md; ``bench/run.py`` runs it too (``--only images``). Where podman cannot run, it says why and measures nothing.
+in README.md; ``bench/run.py`` runs it too (``--only images``). Where podman cannot run, it says why and measures
+nothing.
 
 * sizes: the sidecar image, the init image without TensorRT (``TENSORRT_PACKAGE=""``) and the init-pull image (pull-only
   consumers: no onnxruntime either), on the Debian base;
@@ -152,7 +153,8 @@ def render_images(result: dict[str, object] | str) -> str:
         f"{r['sidecar_bytes'] / r['base_bytes']:.2f} |",
         f"| init, no TensorRT | image size | {r['init_bytes'] / mb:.0f} MB | base {r['base_bytes'] / mb:.0f} MB | "
         f"{r['init_bytes'] / r['base_bytes']:.2f} |",
-        f"| init-pull (pull-only) | image size | {r['init_pull_bytes'] / mb:.0f} MB | base {r['base_bytes'] / mb:.0f} MB "
+        f"| init-pull (pull-only) | image size | {r['init_pull_bytes'] / mb:.0f} MB | "
+        f"base {r['base_bytes'] / mb:.0f} MB "
         f"| {r['init_pull_bytes'] / r['base_bytes']:.2f} |",
         f"| sidecar | `podman run` → `/healthz` 200 | {r['start_container_s'] * 1000:.0f} ms | host process "
         f"{r['start_host_s'] * 1000:.0f} ms | {r['start_container_s'] / r['start_host_s']:.2f} |",

@@ -228,7 +228,8 @@ def bench_lifecycle(work: Path, n: int, repeat: int = 3) -> list[dict[str, objec
     index = cache / ".manifest-index.json"
     rows = []
     for label, args, cold in (("ls --json, no manifest index yet", ["ls", "--json"], True),
-                              ("ls", ["ls"], False), ("ls --json", ["ls", "--json"], False), ("stats", ["stats"], False),
+                              ("ls", ["ls"], False), ("ls --json", ["ls", "--json"], False),
+                              ("stats", ["stats"], False),
                               ("gc --dry-run --max-age 30d --max-bytes 1M", ["gc", "--dry-run", "--max-age", "30d",
                                                                              "--max-bytes", "1M"], False)):
         argv = [sys.executable, "-m", "trtwarm", *args, "--cache-dir", str(cache)]

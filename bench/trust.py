@@ -1,6 +1,7 @@
 """The signature check on the hit path: a hit under ``--trust-mode enforce`` vs the same hit with trust off, and, in one
 process, what the check costs once the entry is hashed (reading the signature, one Ed25519 verification, and importing
-``cryptography`` unless init's background import of it has finished by then), without and with that preload; and the same pair of hits under ``--verify stamp``. A node records each signature it verified in its stamp directory
+``cryptography`` unless init's background import of it has finished by then), without and with that preload; and
+the same pair of hits under ``--verify stamp``. A node records each signature it verified in its stamp directory
 (``sig-<fingerprint>.json``) and checks it only once: the digest and stamp rows are hits on a node that verified the
 signature before, the "first check" row gives each hit a new stamp directory, so each checks the signature."""
 
@@ -72,7 +73,8 @@ def bench_trust(work: Path, init_argv, env: dict[str, str], timed, model: Path, 
     off_s, on_s = statistics.median(off), statistics.median(on)
     s_off, s_on, first = statistics.median(stamp_off), statistics.median(stamp_on), statistics.median(fresh)
     return {"first_s": first, "first_added_s": first - off_s, "first_ratio": first / off_s,
-            "first_ok": first - off_s <= 0.005, "engine": f"{size // MiB} MiB", "off_s": off_s, "enforce_s": on_s, "added_s": on_s - off_s,
+            "first_ok": first - off_s <= 0.005, "engine": f"{size // MiB} MiB", "off_s": off_s, "enforce_s": on_s,
+            "added_s": on_s - off_s,
             "ratio": on_s / off_s, "check_s": statistics.median(p[0] for p in cold),
             "check_cpu_s": statistics.median(p[1] for p in cold), "preloaded_s": statistics.median(p[0] for p in warm),
             "ok": on_s - off_s <= 0.005, "stamp_off_s": s_off, "stamp_enforce_s": s_on, "stamp_added_s": s_on - s_off,

@@ -132,6 +132,7 @@ def test_explain_names_weights_shape_and_key_extra_changes(model: Path, tmp_path
 def test_key_diff_names_a_gpu_change_on_recorded_identities() -> None:
     h100 = gpu.GpuInfo("GPU-1", "NVIDIA H100 80GB HBM3", (9, 0), 85520809984)
     h200 = gpu.GpuInfo("GPU-2", "NVIDIA H200", (9, 0), 150754820096)
-    changes = {path: (old, new) for path, old, new in diff({"device": gpu.key_fields(h100)}, {"device": gpu.key_fields(h200)})}
+    changes = {path: (old, new)
+               for path, old, new in diff({"device": gpu.key_fields(h100)}, {"device": gpu.key_fields(h200)})}
     assert changes["device.product"] == ("NVIDIA H100 80GB HBM3", "NVIDIA H200")
     assert "device.compute_capability" not in changes

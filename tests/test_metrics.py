@@ -34,7 +34,8 @@ def test_before_init_every_series_exists_at_zero(tmp_path: Path) -> None:
     assert sample(reg, "trtwarm_exporter_scrape_errors_total") == 0.0
 
 
-def test_after_a_build_the_pod_reports_built_with_one_observation_each(model: Path, cache: Path, tmp_path: Path) -> None:
+def test_after_a_build_the_pod_reports_built_with_one_observation_each(model: Path, cache: Path,
+                                                                        tmp_path: Path) -> None:
     handoff = tmp_path / "h"
     run = run_trtwarm(*cmd_init_args(model, cache, handoff, seconds=0.3))
     assert run.returncode == 0, run.stderr

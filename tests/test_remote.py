@@ -227,7 +227,8 @@ def test_wrong_credentials_missing_bucket_unreachable_endpoint_have_their_own_ex
     assert run.returncode == code, run.stderr
     assert "hint:" in run.stderr and hint in run.stderr
     assert "Traceback" not in run.stderr
-    for text in (run.stdout, run.stderr, (tmp_path / "term").read_text(), (tmp_path / "ha" / "engine.json").read_text()):
+    handed = (tmp_path / "ha" / "engine.json").read_text()
+    for text in (run.stdout, run.stderr, (tmp_path / "term").read_text(), handed):
         assert env["AWS_SECRET_ACCESS_KEY"] not in text
     assert json.loads((tmp_path / "term").read_text())["exit_code"] == code
     listing = run_trtwarm("remote", "ls", "--remote", url, env=env)

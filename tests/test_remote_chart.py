@@ -97,7 +97,8 @@ def test_the_ci_workflow_example_runs_prebuild_per_gpu_runner_and_a_matrix_trtwa
 def test_a_pull_only_consumer_under_enforce_writes_what_it_pulls_and_checks_signatures() -> None:
     vals = values("remote-pull-only-values.yaml")
     vals["trust"] = {"mode": "enforce", "role": "consumer", "keys": [{"name": "ci", "public_key_file": "ci.pub"}],
-                     "publicKeys": {"ci.pub": "-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEA\n-----END PUBLIC KEY-----\n"}}
+                     "publicKeys": {"ci.pub": "-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEA\n"
+                                              "-----END PUBLIC KEY-----\n"}}
     init = container(pod_spec(objects(render(vals))), "trtwarm-init")
     assert "--trust-mode=enforce" in init["args"] and "--read-only" in init["args"]
     cache = next(m for m in init["volumeMounts"] if m["name"] == "trtwarm-cache")

@@ -90,7 +90,8 @@ def test_coverage_matches_product_and_class_and_ignores_cuda_when_not_declared()
     refs = [("k1", make_ref(_manifest(doc=h100), None))]
     cells = coverage.cover([("m/fp16", want)], ["NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"], refs)
     assert [c.key for c in cells] == ["k1", None] and coverage.percent(cells) == 50.0
-    cells = coverage.cover([("m/fp16", want)], ["NVIDIA A100-SXM4-80GB"], [("k2", make_ref(_manifest(doc=anyamp), None))])
+    refs = [("k2", make_ref(_manifest(doc=anyamp), None))]
+    cells = coverage.cover([("m/fp16", want)], ["NVIDIA A100-SXM4-80GB"], refs)
     assert [c.key for c in cells] == ["k2"]
     strict = {**want, "builder": {**want["builder"], "cuda": "13"}}
     assert coverage.cover([("m", strict)], ["NVIDIA H100 80GB HBM3"], refs)[0].key is None

@@ -201,7 +201,8 @@ def test_prometheus_scrapes_sidecars_and_the_readme_hit_ratio_is_two_thirds(side
         assert results == ["built", "hit", "hit"]
         wait_until(lambda: prom.query("sum(trtwarm_init_total)") == 3.0, timeout=60, what="inits scraped")
         time.sleep(5)  # a longer series: increase() extrapolates each one by up to a scrape interval
-        ratio = prom.query(readme_promql("fleet hit ratio (hits, waits and remote pulls over all inits) in the last hour"))
+        ratio = prom.query(readme_promql("fleet hit ratio (hits, waits and remote pulls over all inits) "
+                                         "in the last hour"))
         assert ratio == pytest.approx(2 / 3, abs=0.08), ratio
         assert prom.query(readme_promql("share of running Pods that started from the cache")) == pytest.approx(2 / 3)
         assert prom.query(readme_promql("p95 engine build time over the last day")) is not None

@@ -214,10 +214,12 @@ class Settings:
             raise ConfigError("--triton-repo and --triton-model go together; the model name is a directory name",
                               hint="e.g. --triton-repo /trtwarm/triton --triton-model resnet50")
         if ns.opt_level is not None and not 0 <= ns.opt_level <= 5:
-            raise ConfigError(f"--opt-level {ns.opt_level} is out of range", hint="use 0 to 5 (TensorRT's default is 3)")
+            raise ConfigError(f"--opt-level {ns.opt_level} is out of range",
+                              hint="use 0 to 5 (TensorRT's default is 3)")
         return cls(
-            model=Path(ns.model).absolute(), cache_dir=Path(ns.cache_dir).absolute(), builder=ns.builder, precision=ns.precision,
-            shapes=shapes, profiles=profiles, workspace=parse_size(ns.workspace) if ns.workspace else None, opt_level=ns.opt_level,
+            model=Path(ns.model).absolute(), cache_dir=Path(ns.cache_dir).absolute(), builder=ns.builder,
+            precision=ns.precision, shapes=shapes, profiles=profiles,
+            workspace=parse_size(ns.workspace) if ns.workspace else None, opt_level=ns.opt_level,
             hardware_compat=ns.hardware_compat, version_compatible=ns.version_compatible,
             exclude_lean_runtime=ns.exclude_lean_runtime, tf32=ns.tf32 == "on",
             plugins=tuple(Path(p) for p in ns.plugin),

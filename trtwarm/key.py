@@ -93,4 +93,5 @@ def diff(old: Any, new: Any, path: str = "") -> list[tuple[str, Any, Any]]:
     return [] if old == new else [(path, old, new)]
 
 
-__all__ = ["SCHEMA", "canonical", "diff", "entry_name", "key_document", "key_of", "model_fields", "model_part", "sanitize"]
+__all__ = ["SCHEMA", "canonical", "diff", "entry_name", "key_document", "key_of", "model_fields", "model_part",
+           "sanitize"]

@@ -52,8 +52,8 @@ def matrix_rows(path: Path) -> list[tuple[str, list[str]]]:
     try:
         doc = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"--matrix {path}: {getattr(exc, 'strerror', None) or exc}",
-                          hint="a JSON file: {\"models\": [{\"model\": \"a.onnx\"}], \"precision\": [\"fp16\"]}") from None
+        raise ConfigError(f"--matrix {path}: {getattr(exc, 'strerror', None) or exc}", hint="a JSON file: "
+                          "{\"models\": [{\"model\": \"a.onnx\"}], \"precision\": [\"fp16\"]}") from None
     models, precisions = doc.get("models") if isinstance(doc, dict) else None, doc.get("precision", [None])
     if not isinstance(models, list) or not models or not all(isinstance(m, dict) and m.get("model") for m in models):
         raise ConfigError(f"--matrix {path}: needs \"models\", a list of objects each with a \"model\"",

@@ -89,7 +89,8 @@ class Client:
         where = f"{op} {self.remote.url}/{path}"
         name = type(exc).__name__
         if name in ("PermissionDeniedError", "UnauthenticatedError") or any(c in text for c in _AUTH_CODES):
-            return RemoteAuthError(f"{where}: the object store refused the credentials or the operation: {_short(text)}")
+            return RemoteAuthError(f"{where}: the object store refused the credentials or the operation: "
+                                   f"{_short(text)}")
         if "NoSuchBucket" in text:
             return RemoteBucketError(f"bucket {self.remote.bucket!r} does not exist at "
                                      f"{self.remote.endpoint or 'the AWS endpoint'}")

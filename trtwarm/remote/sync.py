@@ -161,8 +161,8 @@ class RemoteSync:
                           push="pushed" if result.won else "lost")
         if result.won:
             log.info("pushed %s to %s: %d blobs uploaded (%.1f MiB), %d already there, ref written in %.2f s",
-                     entry.manifest.get("name", entry.name), self.repo.url, result.uploaded, result.bytes / 2**20, len(result.skipped),
-                     result.seconds)
+                     entry.manifest.get("name", entry.name), self.repo.url, result.uploaded, result.bytes / 2**20,
+                     len(result.skipped), result.seconds)
             return
         self._lost(entry, result.ref)
 

@@ -71,7 +71,8 @@ def parse(url: str, environ: Mapping[str, str]) -> RemoteURL:
     if allow not in TRUE_VALUES | FALSE_VALUES:
         raise ConfigError(f"AWS_ALLOW_HTTP={allow!r} is not a boolean", hint="use true or false")
     if endpoint and not re.match(r"https?://[^/\s]+", endpoint):
-        raise ConfigError(f"AWS_ENDPOINT_URL {endpoint!r} is not an http(s) URL", hint="e.g. https://minio.storage:9000")
+        raise ConfigError(f"AWS_ENDPOINT_URL {endpoint!r} is not an http(s) URL",
+                          hint="e.g. https://minio.storage:9000")
     if endpoint and endpoint.startswith("http://") and allow not in TRUE_VALUES:
         raise ConfigError(f"the endpoint {endpoint} is plain http", hint="use https, or set AWS_ALLOW_HTTP=true for "
                           "an in-cluster store you trust (credentials are signed, but the engines travel in clear)")

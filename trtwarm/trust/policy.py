@@ -149,8 +149,9 @@ class Gate:
         """``(True, signer key id)`` when a key trusted for *entry* signed exactly its manifest, else
         ``(False, reason)``. *signature*: the envelope when it is not on the volume (yet): a remote ref's.
 
-        With :attr:`verdicts` (a node-local stamp directory, any ``--verify``), a signature this node verified before for the same envelope,
-        manifest and trusted keys is not checked again (see :meth:`trtwarm.volume.stamps.StampBook.signer`).
+        With :attr:`verdicts` (a node-local stamp directory, any ``--verify``), a signature this node verified before
+        for the same envelope, manifest and trusted keys is not checked again (see
+        :meth:`trtwarm.volume.stamps.StampBook.signer`).
         """
         try:
             doc = signature or json.loads(read_bounded(entry.path / SIGNATURE, SIGNATURE_LIMIT))

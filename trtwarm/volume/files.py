@@ -176,5 +176,5 @@ def check_digests(root: Path, files: list[dict[str, Any]], file_digest: FileDige
             raise EntryInvalid(f"{what} SHA-256 does not match the manifest (corrupt)")
 
 
-__all__ = ["MANIFEST", "ROLES", "SCHEMA", "SEALS", "SIGNATURE", "FileDigest", "check_digests", "check_stats", "list_built",
-           "listed_files", "role_of", "scan_files"]
+__all__ = ["MANIFEST", "ROLES", "SCHEMA", "SEALS", "SIGNATURE", "FileDigest", "check_digests", "check_stats",
+           "list_built", "listed_files", "role_of", "scan_files"]

@@ -21,9 +21,10 @@ Threat model (next to signing's, see README "Verification"):
 * **Signatures verified before.** Under a trust policy, the same directory also records each signature this node
   verified (``sig-<fingerprint>.json``), whatever ``--verify``: the fingerprint is the SHA-256 of the envelope,
   of the statement rebuilt from the manifest on the volume, and of the ids of the keys the policy trusts for the
-  entry, so the record is the verdict of exactly those inputs. A later hit that reads the same manifest and envelope under the same keys skips
-  the Ed25519 check (and importing ``cryptography``, most of its cost); anything altered is checked afresh. Only
-  valid signatures are recorded, under the same ownership rules and ``--stamp-max-age`` as stamps.
+  entry, so the record is the verdict of exactly those inputs. A later hit that reads the same manifest and envelope
+  under the same keys skips the Ed25519 check (and importing ``cryptography``, most of its cost); anything altered
+  is checked afresh. Only valid signatures are recorded, under the same ownership rules and ``--stamp-max-age`` as
+  stamps.
 * **Outside the model.** Someone who can set a file's ctime (root with the clock or the raw device, an NFS server's
   administrator) or write the node's stamp directory. Silent media corruption does not change ctime either: a stamp
   is trusted for ``--stamp-max-age`` (1 day) only, so every node re-hashes each engine it uses at least daily, and
