@@ -397,6 +397,35 @@ def test_signed_engines_travel_with_their_signature_and_the_trust_policy_guards_
     assert handoff_doc(tmp_path / "he")["remote"]["errors"]["trust"] == 1
 
 
+def test_a_required_push_never_adopts_a_winning_ref_the_trust_policy_refuses(
+        s3: SeaweedServer, url: str, model: Path, tmp_path: Path) -> None:
+    """``--remote-push required`` publishes the ref's engine when another pusher won the race, but never one the
+    trust policy refuses: this build is published (signed) instead, and the log says how to clear the bad ref."""
+    from test_trust import keypair, policy
+
+    private, public = keypair(tmp_path, "ci")
+    enforce = str(policy(tmp_path, "enforce", public, models=["mlp*"]))
+    extra = tmp_path / "extra"  # the same build command (so the same key) makes other bytes while it exists
+    command = f"sh -c 'cp {{model}} {{output}}; cat {extra} >> {{output}} 2>/dev/null; true'"
+
+    def init(cache: str, *flags: str) -> Any:
+        args = cmd_init_args(model, tmp_path / cache, tmp_path / f"h{cache}", "--remote", url, *flags)
+        args[args.index("--build-command") + 1] = command
+        return run_trtwarm(*args, env=s3.env())
+
+    extra.write_text("rogue")
+    assert init("r").returncode == 0  # an unsigned ref with other engine bytes, pushed first
+    extra.unlink()
+    builder = init("b", "--remote-push", "required", "--signing-key", str(private), "--trust-policy", enforce)
+    assert builder.returncode == 0 and builder.summary["result"] == "built", builder.stderr
+    assert engine_sha(tmp_path / "hb") != engine_sha(tmp_path / "hr")
+    assert "the trust policy refuses it" in builder.stderr and "trtwarm remote rm" in builder.stderr
+    assert handoff_doc(tmp_path / "hb")["remote"]["push"] == "lost"
+    assert run_trtwarm("verify", "--cache-dir", str(tmp_path / "b"), "--trust-policy", enforce).returncode == 0
+    consumer = init("c", "--read-only", "--trust-policy", enforce)
+    assert consumer.returncode == 7 and "unsigned" in consumer.stderr and "trtwarm remote rm" in consumer.stderr
+
+
 def test_a_store_without_create_only_puts_gets_the_read_back_fallback_first_ref_kept_and_said(
         s3: SeaweedServer, url: str, caplog: pytest.LogCaptureFixture) -> None:
     """The fallback protocol on a real store, chosen as the probe chooses it on a store that ignores

@@ -38,8 +38,16 @@ def _short(text: str) -> str:
     code = re.search(r"<Code>([^<]+)</Code>", text)
     if status:
         return f"status {status[1].strip()}" + (f" ({code[1]})" if code else "")
-    first = text.split("\n", 1)[0]
+    first = _BOILERPLATE.sub("", text.split("\n", 1)[0])
+    causes = re.findall(r'message: "([^"]+)"', text)  # the OS error at the bottom of the debug chain
+    if causes and causes[-1].lower() not in first.lower():
+        first = f"{first.rstrip(' .')}: {causes[-1]}"
     return first[:240]
+
+
+#: what object_store puts before the reason: the store, the request and its retry counters (said elsewhere)
+_BOILERPLATE = re.compile(r"^(Generic \w+ error: )+|Error performing \w+ \S+ in [^,]+, after \d+ retries, "
+                          r"max_retries: \d+, retry_timeout: \S+\s+-\s*")
 
 
 class Client:

@@ -47,6 +47,7 @@ class RemoteSync:
         self.emit = emit or (lambda reason, message, kind: None)
         self.verify_ref = verify_ref
         self.corrupt: set[str] = set()
+        self.refused: tuple[str, str] | None = None  # (kind, why) this init refused the repository's engine
         self._said_absent = False
         self.stats: dict[str, Any] = {"url": remote.url, "pulled_bytes": 0, "pushed_bytes": 0, "pull_seconds": None,
                                       "push_seconds": None, "push": "off" if push == "off" else "not-needed",
@@ -61,6 +62,12 @@ class RemoteSync:
 
     def _count(self, error: RemoteError) -> None:
         self.stats["errors"][kind_of(error)] += 1
+
+    def _refuse(self, name: str, why: str, kind: str) -> None:
+        """The repository's engine for *name* was refused (*kind* ``trust`` or ``integrity``): an Event, and
+        remembered for the push, which cannot replace a ref."""
+        self.refused = (kind, why)
+        self.emit("RemoteEngineRejected", f"refused {name} from {self.repo.url}: {why}", "Warning")
 
     def _tolerate(self, error: RemoteError, doing: str) -> None:
         """Count *error*; re-raise it unless a build can stand in (see the module's policy)."""
@@ -87,22 +94,27 @@ class RemoteSync:
             return self._fetch(ref, key, name, check)
         except EntryInvalid as exc:  # the trust policy refused the ref: it is never downloaded
             self.stats["errors"]["trust"] += 1
-            log.warning("refused the remote engine for %s: %s", key[:16], exc.reason)
-            self.emit("RemoteEngineRejected", f"refused {name} from {self.repo.url}: {exc.reason}", "Warning")
+            self._refuse(name, exc.reason, "trust")
             if self.strict:
                 raise RemoteError(f"the remote engine for {name} was refused: {exc.reason}") from None
+            log.warning("refused the remote engine for %s: %s; building locally instead", key[:16], exc.reason)
         except BlobCorrupt as exc:
             self.corrupt.add(exc.sha256)
-            log.warning("refused the remote engine for %s: %s", key[:16], exc.message)
-            self.emit("RemoteEngineRejected", f"refused {name} from {self.repo.url}: {exc.message}", "Warning")
-            self._tolerate(exc, "pull")
+            self._count(exc)
+            self._refuse(name, exc.message, "integrity")
+            if self.strict:
+                raise BlobCorrupt(exc.message, exc.sha256, hint="nothing was published; a builder's push uploads "
+                                  "the blob again (a Pod that may build, or the prebuild Job), or remove the ref "
+                                  "(`trtwarm remote rm KEY`) and prebuild it") from None
+            log.warning("refused the remote engine for %s: %s; building locally instead (the push uploads the blob "
+                        "again)", key[:16], exc.message)
         except RemoteError as exc:
             self._tolerate(exc, "pull")
         return None
 
     def _fetch(self, ref: dict[str, Any], key: str, name: str, check: Callable[[Entry], None] | None) -> Entry | None:
         manifest = ref["manifest"]
-        with self.store.staging(key) as staging:
+        with self.store.staging(key, "pull") as staging:
             r = self.repo.client.remote
             stats = pull_into(self.repo, manifest, staging, chunk=r.chunk, window=r.concurrency)
             try:
@@ -134,6 +146,9 @@ class RemoteSync:
         if winner is None or _engine_sha(winner["manifest"]) == _engine_sha(manifest):
             return None
         key = str(manifest["key"])
+        if not self._trusted(name, winner):  # never adopt what the trust policy refuses: publish this build here
+            self.stats["push"] = "lost"
+            return None
         log.info("another pusher's engine for %s won the ref; publishing it instead of this build", key[:16])
         adopted = self._fetch(winner, key, name, check)
         self.stats["push"] = "adopted" if adopted is not None else "lost"
@@ -164,21 +179,53 @@ class RemoteSync:
                      entry.manifest.get("name", entry.name), self.repo.url, result.uploaded, result.bytes / 2**20,
                      len(result.skipped), result.seconds)
             return
-        self._lost(entry, result.ref)
+        self._lost(entry, result.ref, result.uploaded)
 
-    def _lost(self, entry: Entry, winner: dict[str, Any]) -> None:
+    def _trusted(self, name: str, winner: dict[str, Any]) -> bool:
+        """Whether the trust policy accepts the ref that won the push race (checked like a pull's, before a byte of
+        it is downloaded); a refusal is counted, reported and remembered."""
+        if self.verify_ref is None:
+            return True
+        try:
+            self.verify_ref(name, winner)
+        except EntryInvalid as exc:
+            self.stats["errors"]["trust"] += 1
+            self._refuse(name, exc.reason, "trust")
+            log.warning("another pusher's engine for %s won the ref, but the trust policy refuses it (%s); this "
+                        "build is published here instead. A ref is never overwritten: remove it (`trtwarm remote "
+                        "rm %s`) and the next push publishes a trusted one", name, exc.reason,
+                        str(winner["manifest"].get("key", ""))[:16])
+            return False
+        return True
+
+    def _lost(self, entry: Entry, winner: dict[str, Any], uploaded: int) -> None:
         same = _engine_sha(winner["manifest"]) == _engine_sha(entry.manifest)
         self.stats["errors"]["conflict"] += 0 if same else 1
-        if same:
-            log.info("another pusher published %s first, with the same engine bytes", entry.name)
+        if same and (self.refused is None or self.refused[0] == "integrity"):
+            log.info("another pusher published %s first, with the same engine bytes%s", entry.name,
+                     f"; {uploaded} blob(s) uploaded again (repaired)" if self.refused and uploaded else "")
             return
         if self.push_mode == "required":
             self.stats["winner"] = winner  # push_staged publishes the winner's engine instead of ours
             return
         # Replacing a published entry in place would pull the engine from under Pods on this volume that already
         # use it, so the volume keeps its own (equally valid) build; every other volume pulls the winner's.
-        log.warning("another pusher published a different engine for %s first (%s); this volume keeps its own build",
-                    entry.name, str(winner["manifest"].get("built_by"))[:200])
+        if self.refused is not None:  # the ref this init refused stays: every builder would rebuild, every consumer fail
+            log.warning("the repository's engine for %s was refused here (%s) and a ref is never overwritten, so "
+                        "this build was not published there; remove the ref (`trtwarm remote rm %s`) and the next "
+                        "push publishes a good one. This volume keeps its own build", entry.name, self.refused[1],
+                        str(entry.manifest.get("key", ""))[:16])
+            return
+        log.warning("another pusher (%s) published a different engine for %s first; this volume keeps its own build",
+                    _who(winner["manifest"].get("built_by")), entry.name)
+
+
+def _who(built_by: Any) -> str:
+    """``pod P, node N, CI job J`` out of a manifest's ``built_by`` (whatever of it is set)."""
+    if not isinstance(built_by, dict):
+        return "unknown"
+    said = [f"{k.replace('_', ' ')} {v}" for k, v in built_by.items() if v and isinstance(v, (str, int, float))]
+    return ", ".join(said)[:200] or "unknown"
 
 
 def _engine_sha(manifest: dict[str, Any]) -> str | None:

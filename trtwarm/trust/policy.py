@@ -186,8 +186,16 @@ class Gate:
             return
         entry = Entry(Path(name), ref["manifest"])  # not on a volume: only its name and manifest are read
         signature = ref.get("signature")
-        verdict = self.status(entry, signature) if signature else (False, "unsigned (the ref carries no signature)")
-        self._verdict(entry, *verdict)
+        ok, detail = self.status(entry, signature) if signature else (False, "unsigned (the ref carries no signature)")
+        detail = detail.replace("manifest.sig.json", "the ref's signature").replace("manifest.json",
+                                                                                     "the ref's manifest")
+        try:
+            self._verdict(entry, ok, detail)
+        except TrustError:  # the fix is in the repository, not on this volume
+            raise TrustError(f"trust policy (enforce) refuses the repository's engine for {name}: {detail}",
+                             hint="a ref is never overwritten: remove it (`trtwarm remote rm KEY`, with write "
+                             "credentials) and push a build signed by a key the policy trusts (a builder Pod or "
+                             "the prebuild Job), or check --trust-policy") from None
 
     def check(self, entry: Entry) -> None:
         """Apply the mode to *entry* (call before any load). :raises UntrustedEntry: replace it;

@@ -211,16 +211,17 @@ class EngineStore:
         return target
 
     @contextlib.contextmanager
-    def staging(self, key: str) -> Iterator[Path]:
-        """Create a private staging directory for a build of *key*; remove it afterwards unless published."""
+    def staging(self, key: str, what: str = "build") -> Iterator[Path]:
+        """Create a private staging directory for a build (or *what*: a pull) of *key*; remove it afterwards unless
+        published."""
         name = f"{key[:16]}.{_host()}.{os.getpid()}.{os.urandom(4).hex()}"
         path = self.layout.staging / name
         path.mkdir(mode=self.layout.dir_mode())
         try:
             yield path
         except BaseException as exc:
-            log.info("removing the staging directory %s: the build did not finish (%s)", path.name,
-                     type(exc).__name__)
+            log.info("removing the staging directory %s: the %s did not finish", path.name, what)
+            log.debug("the %s ended with %s", what, type(exc).__name__)
             raise
         finally:
             _rmtree(path)
