@@ -114,7 +114,8 @@ def test_stamped_hits_can_share_a_node_directory_of_stamps() -> None:
     assert flag(default, "stamp-dir") is None and "trtwarm-stamps" not in mounts(default)
     with pytest.raises(helm.HelmError, match="engine.stamps.hostPath needs engine.verify=stamp or a trust.mode"):
         render({"engine": {"stamps": {"hostPath": "/var/lib/trtwarm/stamps"}}})
-    for inside in ("/var/lib/trtwarm/cache", "/var/lib/trtwarm/cache/stamps"):  # a volume writer could forge them
+    for inside in ("/var/lib/trtwarm/cache", "/var/lib/trtwarm/cache/stamps",  # a volume writer could forge them
+                   "/var/lib/trtwarm//cache/stamps", "/var/lib/trtwarm/x/../cache/stamps"):  # however it is spelt
         with pytest.raises(helm.HelmError, match="inside cache.hostPath.path"):
             render({"cache": {"type": "hostPath", "hostPath": {"path": "/var/lib/trtwarm/cache/", "type": "Directory"}},
                     "engine": {"verify": "stamp", "stamps": {"hostPath": inside}}})

@@ -151,3 +151,19 @@ def test_a_stamp_that_cannot_be_written_costs_a_hash_and_one_warning_never_the_h
     assert "Traceback" not in run.stderr and "unexpected" not in run.stderr
     again = _stamped_hit(model, cache, tmp_path)
     assert "0 file(s) by stamp, 1 hashed" in again.stderr  # still verified, by its hash
+
+
+def test_stamps_past_max_age_are_removed_when_a_new_one_is_written(model: Path, cache: Path, tmp_path: Path) -> None:
+    """The stamp directory (a hostPath shared by a node's Pods, for months) does not only grow: a process that
+    writes a stamp also removes those past ``--stamp-max-age``, which would never be trusted again."""
+    _built(model, cache, tmp_path)
+    stamps = tmp_path / "h" / "stamps"
+    stamps.mkdir(mode=0o700, parents=True)
+    old, young = stamps / "fd01-1234.json", stamps / "sig-0123.json"
+    for path, age in ((old, 3 * 3600), (young, 60)):
+        path.write_text("{}")
+        os.utime(path, (time.time() - age, time.time() - age))
+    run = _stamped_hit(model, cache, tmp_path, "--stamp-max-age", "1h")
+    assert "0 file(s) by stamp, 1 hashed" in run.stderr  # the engine was stamped just now...
+    assert not old.exists() and young.exists()  # ...and only what max age no longer trusts was removed
+    assert len(list(stamps.glob("*.json"))) == 2

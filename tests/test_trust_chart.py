@@ -70,9 +70,11 @@ def test_an_enforcing_builder_without_a_key_is_refused() -> None:
 def test_a_consumer_under_digest_keeps_its_signature_records_in_the_node_stamp_directory() -> None:
     """``engine.stamps.hostPath`` under a trust policy with ``verify: digest``: the signatures the init verified are
     recorded on the node, so the next Pod there skips the check (README, Verify by stamp); only the init mounts it."""
-    values = {**_values("trust-values.yaml"), "engine": {"stamps": {"hostPath": "/var/lib/trtwarm/stamps"}}}
+    values = {**_values("trust-values.yaml"), "engine": {"stamps": {"hostPath": "/var/lib/trtwarm/stamps",
+                                                                    "maxAge": "2h"}}}
     spec = pod_spec(objects(render(values)))
     init = container(spec, "trtwarm-init")
     assert flag(init, "verify") == "digest" and flag(init, "trust-mode") == "enforce"
+    assert flag(init, "stamp-max-age") == "2h"  # records expire like stamps
     assert {m["name"]: m["mountPath"] for m in init["volumeMounts"]}["trtwarm-stamps"] == flag(init, "stamp-dir")
     assert all("trtwarm-stamps" not in [m["name"] for m in c.get("volumeMounts", [])] for c in spec["containers"])

@@ -64,8 +64,8 @@ def add_run_flags(init: argparse.ArgumentParser) -> None:
                       "change), digest (SHA-256), load (digest and a real load) (%(default)s)")
     init.add_argument("--stamp-dir", help="node-local directory, private to this uid, of the stamps of --verify stamp "
                       "and of the signatures verified under a trust policy (default: <handoff-dir>/stamps)")
-    init.add_argument("--stamp-max-age", default="1d", help="--verify stamp: re-hash a file whose stamp is older "
-                      "(%(default)s)")
+    init.add_argument("--stamp-max-age", default="1d", help="re-hash a file whose stamp, and re-check a signature "
+                      "whose record, is older (%(default)s)")
     init.add_argument("--triton-repo", help="also lay out a Triton model repository here")
     init.add_argument("--triton-model", help="the model's name in --triton-repo")
     add_trust_flags(init)

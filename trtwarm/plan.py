@@ -89,7 +89,7 @@ def _stamps(settings: Settings, trusting: bool) -> StampBook | None:
                           "a writer of the volume could forge the stamps that vouch for its engines",
                           hint="keep stamps node-local: the default (under --handoff-dir, the Pod's emptyDir) or a "
                           "hostPath outside the cache (chart: engine.stamps.hostPath)")
-    return StampBook(settings.stamp_dir, settings.stamp_max_age)
+    return StampBook(settings.stamp_dir, settings.stamp_max_age, files=settings.verify == "stamp")
 
 
 def resolve(settings: Settings) -> Plan:

@@ -90,13 +90,15 @@ class StampBook:
     """The stamps of one node (a directory); :meth:`digest` is the per-file hook of ``store.check_entry``.
 
     :param directory: node-local and private (see the module's threat model); created 0700 when missing
+    :param files: whether file stamps are used (``--verify stamp``), not only signature records: said in warnings
     """
 
-    def __init__(self, directory: Path, max_age: float = MAX_AGE_SECONDS) -> None:
+    def __init__(self, directory: Path, max_age: float = MAX_AGE_SECONDS, *, files: bool = True) -> None:
         self.directory, self.max_age = Path(directory), max_age
         self.vouched = self.hashed = self.hashed_bytes = self.signatures_vouched = 0
         self._usable: bool | None = None
-        self._warned = False
+        self._warned = self._pruned = False
+        self._without = "hashing every file" if files else "checking every signature"  # what is lost without it
 
     def usable(self) -> bool:
         """Whether stamps may be used here (checked once; an unsafe directory is ignored, with a warning)."""
@@ -109,11 +111,11 @@ class StampBook:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             st = os.stat(self.directory)
         except OSError as exc:
-            log.warning("stamp directory %s is unusable (%s); hashing every file", self.directory, exc.strerror)
+            log.warning("stamp directory %s is unusable (%s); %s", self.directory, exc.strerror, self._without)
             return False
         if not _owned_safely(st):
-            log.warning("ignoring stamps in %s: %s (a forged stamp could vouch for an altered engine); hashing every "
-                        "file", self.directory, _unsafe_because(st))
+            log.warning("ignoring stamps in %s: %s (a forged stamp could vouch for an altered engine); %s",
+                        self.directory, _unsafe_because(st), self._without)
             return False
         return True
 
@@ -158,7 +160,7 @@ class StampBook:
             log.debug("ignoring unreadable stamp %s: %s", record, exc)
             return None
         if not _owned_safely(owner):
-            log.warning("ignoring stamp %s: writable by others or owned by uid %d", record, owner.st_uid)
+            log.warning("ignoring stamp %s: %s", record, _unsafe_because(owner))
             return None
         return doc if isinstance(doc, dict) else None
 
@@ -184,6 +186,8 @@ class StampBook:
                               {"fingerprint": fingerprint, "signer": signer, "at": time.time()}, 0o600, durable=False)
         except OSError as exc:  # a lost record costs one signature check on the next hit, nothing more
             self._not_written(exc)
+            return
+        self._prune()
 
     def _not_written(self, exc: OSError) -> None:
         """A stamp or record could not be written (full, read-only, not ours, a directory in the way, EIO...): the
@@ -191,9 +195,9 @@ class StampBook:
         make every hit hash, which the operator should know."""
         if not self._warned:
             self._warned = True
-            log.warning("stamps are not being written to %s (%s): later hits will hash every file; give the init's "
-                        "uid a writable, node-local directory (--stamp-dir)", self.directory,
-                        exc.strerror or exc)
+            log.warning("stamps are not being written to %s (%s): later hits go on %s; give the init's uid a "
+                        "writable, node-local directory (--stamp-dir)", self.directory, exc.strerror or exc,
+                        self._without)
 
     def _record(self, path: Path, before: os.stat_result, digest: str) -> None:
         now = time.time()
@@ -210,6 +214,27 @@ class StampBook:
                                                           "path": str(path)}, 0o600, durable=False)
         except OSError as exc:  # a lost stamp costs one hash on the next hit, nothing more
             self._not_written(exc)
+            return
+        self._prune()
+
+    def _prune(self) -> None:
+        """Remove stamps and records past ``max_age`` (never trusted again), once per process that writes one: the
+        directory holds one file per engine file and per signature verified, and would otherwise only grow."""
+        if self._pruned:
+            return
+        self._pruned = True
+        cutoff = time.time() - self.max_age
+        try:
+            with os.scandir(self.directory) as it:
+                old = [e.path for e in it
+                       if e.name.endswith(".json") and e.stat(follow_symlinks=False).st_mtime < cutoff]
+        except OSError:
+            return
+        for path in old:
+            try:
+                os.unlink(path)
+            except OSError:  # gone already (another Pod pruned it), or not ours to remove: harmless
+                pass
 
     def summary(self) -> str:
         """``N by stamp, M hashed (B bytes)`` for the log."""

@@ -177,11 +177,12 @@ value stay part of the argument). */}}
 {{- $a = append $a (printf "--ort-provider=%v" $e.ortProvider) -}}
 {{- end -}}
 {{- $a = append $a (printf "--verify=%v" $e.verify) -}}
-{{- if eq $e.verify "stamp" }}{{ $a = append $a (printf "--stamp-max-age=%v" $e.stamps.maxAge) }}{{ end -}}
+{{- if or (eq $e.verify "stamp") (ne .Values.trust.mode "off") }}{{ $a = append $a (printf "--stamp-max-age=%v" $e.stamps.maxAge) }}{{ end -}}
 {{- if $e.stamps.hostPath -}}
 {{- if and (ne $e.verify "stamp") (eq .Values.trust.mode "off") }}{{ fail "engine.stamps.hostPath needs engine.verify=stamp or a trust.mode (only stamped hits and signature records use it)" }}{{ end -}}
-{{- $cachePath := trimSuffix "/" .Values.cache.hostPath.path -}}
-{{- if and (eq .Values.cache.type "hostPath") (or (eq (trimSuffix "/" $e.stamps.hostPath) $cachePath) (hasPrefix (printf "%s/" $cachePath) $e.stamps.hostPath)) }}{{ fail "engine.stamps.hostPath is inside cache.hostPath.path: a writer of the cache could forge stamps; choose a node directory outside the cache" }}{{ end -}}
+{{- $cachePath := clean .Values.cache.hostPath.path -}}
+{{- $stampsPath := clean $e.stamps.hostPath -}}
+{{- if and (eq .Values.cache.type "hostPath") (or (eq $stampsPath $cachePath) (hasPrefix (printf "%s/" (trimSuffix "/" $cachePath)) $stampsPath)) }}{{ fail "engine.stamps.hostPath is inside cache.hostPath.path: a writer of the cache could forge stamps; choose a node directory outside the cache" }}{{ end -}}
 {{- $a = append $a "--stamp-dir=/var/lib/trtwarm-stamps" -}}
 {{- end -}}
 {{- $a = append $a (printf "--lock-mode=%v" $e.lockMode) -}}
