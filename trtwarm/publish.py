@@ -70,7 +70,8 @@ def _build_into(plan: Plan, staging: Any) -> tuple[dict[str, Any], dict[str, Any
             log.error("the build failed on a full cache volume: %s", exc.message)
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(staging)) from exc
     plan.seconds["build"] = time.monotonic() - start
-    log.info("built %s in %.1f s; checking that it loads", plan.label, plan.seconds["build"])
+    log.info("built %s in %.1f s%s", plan.label, plan.seconds["build"],
+             "; checking that it loads" if plan.builder.checks_load else "")
     try:
         plan.builder.load(engine, plan.facts)
     except EntryInvalid as exc:

@@ -42,6 +42,7 @@ class Builder(ABC):
     precisions: ClassVar[tuple[str, ...]] = ("fp32",)
     default_precision: ClassVar[str] = "fp32"
     uses_trt_options: ClassVar[bool] = False
+    checks_load: ClassVar[bool] = False  # whether :meth:`load` does check (the log says so only then)
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

@@ -54,6 +54,7 @@ class OrtBuilder(Builder):
     """Build an optimised ONNX model with ONNX Runtime."""
 
     name = "onnxruntime"
+    checks_load = True
     engine_filename = "model.ort.onnx"
     precisions = ("fp32",)
     default_precision = "fp32"

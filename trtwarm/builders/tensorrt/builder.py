@@ -95,6 +95,7 @@ class TensorRTBuilder(Builder):
     """Build a serialized TensorRT engine on this container's GPU."""
 
     name = "tensorrt"
+    checks_load = True
     engine_filename = "engine.plan"
     precisions = ("fp32", "fp16", "bf16", "int8", "fp8", "model")
     uses_trt_options = True
