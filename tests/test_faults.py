@@ -273,6 +273,11 @@ FAULTS = [
     *[Fault(f"{cmd}: --cache-dir is an empty directory", _lifecycle(cmd, _empty), 6, "is empty")
       for cmd in LIFECYCLE],
     Fault("ls: --cache-dir is not a trtwarm cache", _lifecycle("ls", _stranger), 6, "not a trtwarm cache"),
+    Fault("show: --cache-dir does not exist", lambda c: ["show", "mlp", "--cache-dir", str(c.tmp / "unmounted")], 6,
+          "does not exist"),
+    Fault("sign: --cache-dir is not a trtwarm cache",
+          lambda c: ["sign", "mlp", "--key", str(c.tmp / "none.key"), "--cache-dir", str(_stranger(c))], 6,
+          "not a trtwarm cache"),
     Fault("verify: --cache-dir is not a trtwarm cache", _lifecycle("verify", _stranger), 6, "not a trtwarm cache"),
     Fault("ls: --cache-dir is a file", _lifecycle("ls", lambda c: c.file()), 6, "not a directory"),
     Fault("stats: --cache-dir is a symlink loop", _lifecycle("stats", lambda c: c.loop()), 6, "symbolic link loop"),

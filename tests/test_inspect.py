@@ -8,7 +8,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from conftest import cmd_init_args, copy_command, entries, gated_build, run_trtwarm, wait_until
+from conftest import cmd_init_args, copy_command, entries, gated_build, ort_init_args, run_trtwarm, wait_until
 
 from trtwarm.demo import make_model
 
@@ -48,8 +48,12 @@ def test_show_by_upper_case_prefix_name_or_model_prints_the_whole_entry(model: P
     assert '"key_document"' not in text and '"model": {' in text  # the key document, in full
 
 
-def test_show_init_line_resolves_to_the_same_key(model: Path, cache: Path, tmp_path: Path) -> None:
-    built = build(model, cache, tmp_path, "b", "--shape", "input=1x16:8x16:32x16", "--precision", "model")
+@pytest.mark.parametrize("builder", ["command", "onnxruntime"])
+def test_show_init_line_resolves_to_the_same_key(model: Path, cache: Path, tmp_path: Path, builder: str) -> None:
+    if builder == "command":
+        built = build(model, cache, tmp_path, "b", "--shape", "input=1x16:8x16:32x16", "--precision", "model")
+    else:  # its key names ONNX Runtime's provider (CPUExecutionProvider), the flag trtwarm's word for it
+        built = run_trtwarm(*ort_init_args(model, cache, tmp_path / "o")).summary
     shown = json.loads(run_trtwarm("show", built["key"][:8], "--cache-dir", str(cache), "--json").stdout)
     argv = shlex.split(shown["init_command"])
     assert argv[:2] == ["trtwarm", "init"]
@@ -198,6 +202,9 @@ def test_warm_list_prewarms_each_model_with_a_line_and_a_summary(model: Path, ca
     assert lines[3].startswith(f"[4/4] {model}: hit in ")
     assert "ENTRY OR ERROR" in run.stdout and "3 of 4 ready" in run.stdout
     assert len(entries(cache)) == 2
+    as_json = run_trtwarm("warm", "--list", str(listing), "--cache-dir", str(cache), "--json")
+    results = json.loads(as_json.stdout)  # standard output is the list alone: the progress lines went to stderr
+    assert [r["result"] for r in results] == ["hit", "hit", "error", "hit"] and "[3/4] " in as_json.stderr
 
 
 def test_warm_list_rejects_what_is_no_init_flag(model: Path, cache: Path, tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import sys
 import logging
 import shutil
 import tempfile
@@ -131,7 +132,8 @@ def run(path: Path, ns: argparse.Namespace, environ: Mapping[str, str],
         for i, item in enumerate(items, 1):
             stem = Path(str(item.get("model", "model"))).stem
             results.append(_warm_one(sub, ns, item, base / f"{i:02d}-{stem}", environ))
-            print(_line(i, len(items), results[-1]), flush=True)
+            # with --json standard output carries the list alone; the progress lines go to the log's stream
+            print(_line(i, len(items), results[-1]), file=sys.stderr if ns.json else sys.stdout, flush=True)
     finally:
         if not ns.handoff_dir:
             shutil.rmtree(base, ignore_errors=True)

@@ -92,8 +92,12 @@ def _builder_args(builder: Mapping[str, Any], device: Mapping[str, Any]) -> list
     if name == "command":
         args += ["--build-command", str(builder.get("command")), "--builder-version", str(builder.get("version")),
                  "--device", "gpu" if device.get("kind") == "gpu" else "cpu"]
-    elif name == "onnxruntime" and builder.get("provider", "cpu") != "cpu":
-        args += ["--ort-provider", str(builder["provider"])]
+    elif name == "onnxruntime":
+        from trtwarm.builders.onnxruntime import PROVIDERS
+
+        # the key names ONNX Runtime's provider (CPUExecutionProvider); the flag takes trtwarm's word for it (cpu)
+        flag = next((word for word, ep in PROVIDERS.items() if ep == builder.get("provider")), "cpu")
+        args += ["--ort-provider", flag] if flag != "cpu" else []
     return args
 
 
@@ -219,7 +223,7 @@ def find(inv: Inventory, selector: str) -> EntryInfo:
 def cmd_show(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm show``."""
     layout = Layout(Path(ns.cache_dir))
-    layout.check()
+    layout.require()  # a missing or foreign dir is exit 6: an unmounted volume must not look empty
     inv = scan(layout, manifests=True)
     policy = Path(ns.trust_policy) if ns.trust_policy else None
     d = describe(inv, find(inv, ns.selector), ns.cache_dir, ns.verify, policy)

@@ -101,7 +101,7 @@ def cmd_sign(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     if not key:
         raise ConfigError("no signing key given", hint="pass --key FILE (a private key from `trtwarm keys generate`)")
     layout = Layout(Path(ns.cache_dir))
-    layout.check()
+    layout.require()  # a missing or foreign dir is exit 6, not "no entry matches"
     gate = Gate.create(None, "off", Path(key))
     results = [_sign_one(layout, gate, path, ns.dry_run) for path in select(EngineStore(layout), ns.selectors)]
     if ns.json:
