@@ -185,6 +185,12 @@ def _ro(c: Ctx, argv: Callable[[Ctx], list[str]]) -> list[str]:
     return argv(c)
 
 
+def _dead_staging(c: Ctx) -> None:
+    """A staging directory left by a builder that is gone (a pid that no longer exists), for ``verify --fix``
+    (made before :func:`_ro` copies the cache onto a tmpfs and remounts it read-only)."""
+    (c.vol / ".staging" / f"0123456789abcdef.{os.uname().nodename}.999999999.dead").mkdir(parents=True)
+
+
 def _full(c: Ctx, argv: Callable[[Ctx], list[str]]) -> list[str]:
     c.fill(c.on_tmpfs())
     return argv(c)
@@ -293,6 +299,9 @@ FAULTS = [
                      ["gc", "--cache-dir", str(c.vol), "--max-age", "0s", "--yes"])[-1], 6, "permission denied"),
     Fault("gc: read-only volume (EROFS)",
           lambda c: _ro(c, lambda c: ["gc", "--cache-dir", str(c.vol), "--max-age", "0s", "--yes"]), 6,
+          "read-only", mount=True),
+    Fault("verify --fix: read-only volume (EROFS)",
+          lambda c: (_dead_staging(c), _ro(c, lambda c: ["verify", "--fix", "--cache-dir", str(c.vol)]))[-1], 6,
           "read-only", mount=True),
     Fault("rm: nothing matches", lambda c: ["rm", "no-such-entry", "--cache-dir", str(c.vol), "--yes"], 2,
           "no entry matches"),

@@ -140,7 +140,7 @@ def cmd_verify(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
         gate = Gate.create(Path(ns.trust_policy) if ns.trust_policy else None, ns.trust_mode)
     inv = _inventory(ns, manifests=True)
     checked, problems = inspect(inv, gate)
-    fixed = fix(EngineStore(inv.layout), problems) if ns.fix and not ns.dry_run else []
+    fixed, failure = fix(EngineStore(inv.layout), problems) if ns.fix and not ns.dry_run else ([], None)
     remaining = [p for p in problems if p not in fixed and p.fix != "warn"]
     if not ns.dry_run:
         record(inv.layout, checked, remaining)  # what `trtwarm ls` shows until the next verification
@@ -151,10 +151,25 @@ def cmd_verify(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
         if problems:
             print(render(["KIND", "FIX", "PATH", "DETAIL"], [[p.kind, "fixed" if p in fixed else p.fix,
                                                               p.path.name, p.detail] for p in problems]))
-        trust = f" (signatures checked, trust mode {gate.mode})" if gate is not None and gate.mode != "off" else ""
-        print(f"{checked} entries checked{trust}; {len(problems)} problems; {len(fixed)} fixed"
-              + ("" if ns.fix or not problems else " (run with --fix to repair)"))
+        print(_verify_summary(checked, problems, fixed, gate, ns))
+    if failure is not None:  # asked to repair and the volume refused: exit 6 with its hint, not "problems remain"
+        raise volume_error(failure, "repair", failure.filename or inv.layout.root)
     return 1 if remaining else 0
+
+
+def _verify_summary(checked: int, problems: list[Any], fixed: list[Any], gate: Any, ns: argparse.Namespace) -> str:
+    """``N entries checked; M problems; K fixed``: what ``--trust-mode warn`` lists is not counted, and a dry run
+    says what it would fix."""
+    counted = [p for p in problems if p.fix != "warn"]
+    line = f"{checked} entries checked"
+    if gate is not None and gate.mode != "off":
+        line += f" (signatures checked, trust mode {gate.mode})"
+    line += f"; {len(counted)} problems"
+    if len(counted) < len(problems):
+        line += f" (and {len(problems) - len(counted)} untrusted, listed but not counted under warn)"
+    if ns.fix and ns.dry_run:
+        return line + f"; --dry-run: would fix {len(counted)}, nothing changed"
+    return line + f"; {len(fixed)} fixed" + ("" if ns.fix or not counted else " (run with --fix to repair)")
 
 
 def _confirm(ns: argparse.Namespace, question: str) -> bool:

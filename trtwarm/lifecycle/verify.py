@@ -91,22 +91,28 @@ def inspect(inv: Inventory, gate: Gate | None = None) -> tuple[int, list[Problem
     return len(inv.entries), problems
 
 
-def fix(store: EngineStore, problems: list[Problem]) -> list[Problem]:
-    """Repair what can be repaired; return the problems that were fixed."""
-    fixed = []
+def fix(store: EngineStore, problems: list[Problem]) -> tuple[list[Problem], OSError | None]:
+    """Repair what can be repaired: return the problems that were fixed, and the first error of the volume that
+    kept one from being fixed (read-only, not writable...: the caller reports it after the list)."""
+    fixed, failure = [], None
     for problem in problems:
         if problem.fix == "warn":
             continue
-        if problem.fix == "quarantine":
-            if store.quarantine(problem.path, problem.kind) is None and problem.path.exists():
-                continue
-        elif problem.kind == "stale-staging":
-            shutil.rmtree(problem.path, ignore_errors=True)
-        else:
-            problem.path.unlink(missing_ok=True)
+        try:
+            if problem.fix == "quarantine":
+                store.quarantine(problem.path, problem.kind, strict=True)
+            elif problem.kind == "stale-staging":
+                shutil.rmtree(problem.path)
+            else:
+                problem.path.unlink(missing_ok=True)
+        except FileNotFoundError:  # gone meanwhile (another verify, gc, a builder): fixed all the same
+            pass
+        except OSError as exc:
+            failure = failure or exc
+            continue
         if not problem.path.exists():
             fixed.append(problem)
-    return fixed
+    return fixed, failure
 
 
 def _identity(entry: Path) -> list[int] | None:

@@ -192,8 +192,12 @@ class EngineStore:
             return None
         return entry
 
-    def quarantine(self, path: Path, reason: str) -> Path | None:
-        """Move the entry at *path* into ``.quarantine/`` (kept for inspection); None if it could not be moved."""
+    def quarantine(self, path: Path, reason: str, *, strict: bool = False) -> Path | None:
+        """Move the entry at *path* into ``.quarantine/`` (kept for inspection); None if it could not be moved.
+
+        :param strict: raise the :class:`OSError` of a read-only or unwritable volume (``verify --fix``, which was
+            asked to repair) instead of warning and going on (a hit, which can still hand over another entry)
+        """
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         target = self.layout.quarantine / f"{path.name}.{stamp}.{sanitize(reason, 40)}.{os.urandom(2).hex()}"
         try:
@@ -202,7 +206,7 @@ class EngineStore:
         except FileNotFoundError:
             return None  # another reader quarantined it first
         except OSError as exc:
-            if exc.errno not in READ_ONLY_ERRNOS:
+            if exc.errno not in READ_ONLY_ERRNOS or strict:
                 raise
             log.warning("cannot quarantine %s (%s); ignoring it", path.name, exc.strerror)
             return None
