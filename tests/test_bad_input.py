@@ -135,3 +135,13 @@ def test_hostile_model_names_stay_inside_the_cache(tmp_path: Path, cache: Path, 
     assert entry.parent == cache / "entries"
     assert all(c in "abcdefghijklmnopqrstuvwxyz0123456789._-" for c in entry.name)
     assert not entry.name.startswith(".")
+
+
+def test_a_hand_off_directory_on_the_cache_volume_is_refused_and_nothing_is_written_there(
+        model: Path, cache: Path, tmp_path: Path) -> None:
+    """Its ``engine`` link decides what the server loads, so a volume writer must not control it: exit 2, and not
+    even the failure record lands there."""
+    assert run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h")).returncode == 0  # a cache to aim at
+    run = run_trtwarm(*cmd_init_args(model, cache, cache / "handoff"))
+    assert_clean_failure(run, 2, "is on the cache volume")
+    assert not (cache / "handoff").exists() and json.loads(run.stdout)["exit_code"] == 2
