@@ -401,6 +401,7 @@ def test_a_hit_on_a_full_volume_still_hands_the_engine_over(ctx: Ctx) -> None:
     assert run.returncode == 0, run.stderr
     assert run.summary["result"] == "hit"
     assert json.loads((elsewhere / "engine.json").read_text())["ready"] is True
+    assert "the volume is full" in run.stderr and "read-only" not in run.stderr  # the lease's one warning, true
 
 
 @pytest.mark.mount

@@ -213,9 +213,9 @@ def _take_lease(plan: Plan) -> None:
     """Lease the key before the lookup: a gc that planned without seeing the lease undoes its removal."""
     if not plan.layout.leases.is_dir():
         return  # a fresh volume: nothing there to protect yet (a build creates the directory)
-    if leases.take(plan.layout, plan.key, plan.name, plan.settings.identity) is None:
-        log.warning("the cache volume is read-only here: no in-use lease on %s, so a gc run on a writable mount of "
-                    "this volume cannot see that this Pod uses it", plan.label)
+    taken = leases.take(plan.layout, plan.key, plan.name, plan.settings.identity)
+    if isinstance(taken, str):
+        log.warning("%s", leases.not_taken(taken, plan.label))
 
 
 def _has_records(settings: Settings) -> bool:

@@ -143,11 +143,10 @@ class Sidecar:
                         if self.stopping.is_set():
                             return
                         first, self._announced = not self._announced, True
-                        self.lease = leaselib.take(self.layout, report["key"], report["name"], self.identity)
-                    if first and self.lease is None:
-                        log.warning("engine %s is ready; the cache volume is read-only here, so this Pod holds no "
-                                    "in-use lease (a gc on a writable mount cannot see that it uses the engine)",
-                                    report["name"])
+                        taken = leaselib.take(self.layout, report["key"], report["name"], self.identity)
+                        self.lease = taken if isinstance(taken, Path) else None
+                    if first and isinstance(taken, str):
+                        log.warning("engine %s is ready; %s", report["name"], leaselib.not_taken(taken, report["name"]))
                     elif first:
                         log.info("engine %s is ready; holding its in-use lease %s", report["name"], self.lease)
                     EngineStore(self.layout).touch_use(report["key"])

@@ -12,7 +12,6 @@ The holder name is ``<namespace>.<pod>`` inside Kubernetes (init and sidecar sha
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import time
 from dataclasses import dataclass
@@ -23,7 +22,6 @@ from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS, atomic_write_json
 from trtwarm.key import sanitize
 from trtwarm.volume.layout import Layout
 
-log = logging.getLogger("trtwarm.leases")
 REFRESH_SECONDS = 60.0
 #: a lease not refreshed for this long belongs to a Pod that is gone
 LEASE_TTL = 5 * REFRESH_SECONDS
@@ -61,8 +59,12 @@ def lease_path(layout: Layout, key: str, identity: Identity) -> Path:
     return layout.leases / key / f"{holder_name(identity)}.json"
 
 
-def take(layout: Layout, key: str, name: str, identity: Identity) -> Path | None:
-    """Write (or refresh) *identity*'s lease on *key*; None on a read-only volume (nothing to protect there)."""
+def take(layout: Layout, key: str, name: str, identity: Identity) -> Path | str:
+    """Write (or refresh) *identity*'s lease on *key*: its path, or why it could not be written where that must
+    not stop a Pod whose engine is there (``"read-only"``, ``"full"``); the caller says so, once.
+
+    :raises OSError: any other failure of the volume
+    """
     path = lease_path(layout, key, identity)
     doc = {"key": key, "name": name, "pod": identity.pod, "namespace": identity.namespace, "node": identity.node,
            "hostname": identity.hostname, "pid": os.getpid(), "refreshed": time.time()}
@@ -70,13 +72,19 @@ def take(layout: Layout, key: str, name: str, identity: Identity) -> Path | None
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(path, doc, layout.file_mode(), durable=False)  # advisory: its mtime is what counts
     except OSError as exc:
-        if exc.errno in FULL_ERRNOS:  # a full volume must not stop a Pod whose engine is there (a hit)
-            log.warning("cannot write the in-use lease on %s: the volume is full; gc sees only its last use", name)
-            return None
+        if exc.errno in FULL_ERRNOS:
+            return "full"
         if exc.errno not in _IGNORED:
             raise
-        return None
+        return "read-only"
     return path
+
+
+def not_taken(why: str, name: str) -> str:
+    """The warning for a lease :func:`take` could not write: a gc on a writable mount cannot see the use."""
+    where = "the volume is full" if why == "full" else "the cache volume is read-only here"
+    return (f"no in-use lease on {name}: {where}, so a gc (on a writable mount of this volume) cannot see that this "
+            "Pod uses it; it sees only its last use")
 
 
 def release(path: Path | None) -> None:
