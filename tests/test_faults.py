@@ -273,6 +273,8 @@ FAULTS = [
           "layout version"),
     Fault("key: --cache-dir below a file", lambda c: ["key", *_no_handoff(c.init(cache=c.file() / "c"))], 6,
           "not a directory"),
+    Fault("key --explain: --cache-dir does not exist",
+          lambda c: ["key", "--explain", *_no_handoff(c.init(cache=c.tmp / "unmounted"))], 6, "does not exist"),
     # lifecycle: no volume, or not a trtwarm volume, must never read as "0 entries"
     *[Fault(f"{cmd}: --cache-dir does not exist", _lifecycle(cmd, lambda c: c.tmp / "unmounted"), 6,
             "does not exist") for cmd in LIFECYCLE],

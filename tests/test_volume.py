@@ -129,3 +129,16 @@ def test_ls_on_a_read_only_volume_lists_without_writing_its_manifest_index(model
     _mount("-o", "remount,ro", str(tmpfs))
     again = run_trtwarm("ls", "--cache-dir", str(cache), "--json")  # an index written elsewhere is read here
     assert again.returncode == 0 and again.stdout == ro.stdout and again.stderr == ""
+
+
+def test_a_new_cache_in_a_directory_holding_other_files_is_made_with_a_warning(model: Path, tmp_path: Path) -> None:
+    """A wrong --cache-dir (or the wrong volume mounted) is adopted, as a fresh ext4 volume's lost+found must be, but
+    not silently."""
+    odd = tmp_path / "data"
+    (odd / "models").mkdir(parents=True)
+    (odd / "lost+found").mkdir()
+    run = run_trtwarm(*ort_init_args(model, odd, tmp_path / "h"))
+    assert run.returncode == 0, run.stderr
+    assert "WARNING" in run.stderr and "already holds other files (models)" in run.stderr
+    fresh = run_trtwarm(*ort_init_args(model, tmp_path / "fresh", tmp_path / "h2"))
+    assert "creating a new trtwarm cache" in fresh.stderr and "already holds" not in fresh.stderr

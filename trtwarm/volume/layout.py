@@ -143,6 +143,21 @@ class Layout:
             raise VolumeError(f"cache dir {self.root} {what}: not a trtwarm cache", hint="check --cache-dir and that "
                               "the volume is mounted here; `trtwarm init` creates a cache on its first build")
 
+    def _say_new(self) -> None:
+        """Log that a new cache is made here; a warning when the directory already holds someone else's files (a
+        wrong --cache-dir, or the wrong volume mounted), which the cache's directories are then added beside."""
+        try:
+            ours = ("lost+found", "CACHEDIR.TAG", *SUBDIRS)  # a fresh filesystem's, or a half-made cache's
+            others = sorted(p.name for p in self.root.iterdir() if p.name not in ours)
+        except OSError:  # missing (made next), or unreadable (the mkdir below reports it)
+            others = []
+        if others:
+            log.warning("creating a new trtwarm cache in %s, which already holds other files (%s%s): check that "
+                        "--cache-dir names the cache volume", self.root, ", ".join(others[:3]),
+                        ", ..." if len(others) > 3 else "")
+        else:
+            log.info("creating a new trtwarm cache in %s (layout version %d)", self.root, LAYOUT_VERSION)
+
     def ensure(self) -> None:
         """Create the root, its subdirectories, ``VERSION`` and ``CACHEDIR.TAG`` where missing (logging when this
         makes a new cache, so a wrong or unmounted ``--cache-dir`` shows in the log).
@@ -151,7 +166,7 @@ class Layout:
         """
         self.check()
         if not (self.root / "VERSION").exists():
-            log.info("creating a new trtwarm cache in %s (layout version %d)", self.root, LAYOUT_VERSION)
+            self._say_new()
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             mode = self.dir_mode()
