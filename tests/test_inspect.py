@@ -85,6 +85,8 @@ def test_show_verify_finds_a_corrupt_engine_and_a_signature_file_is_reported(mod
     bad = run_trtwarm("show", built["key"][:12], "--cache-dir", str(cache), "--verify")
     assert bad.returncode == 1 and "failed: engine SHA-256 does not match" in bad.stdout
     assert "signature    signed by no key (not checked: pass --trust-policy)" in bad.stdout
+    as_json = json.loads(run_trtwarm("show", built["key"][:12], "--cache-dir", str(cache), "--verify", "--json").stdout)
+    assert as_json["status"] == "damaged" and as_json["verified_now"].startswith("failed")  # one story, not "ok"
 
 
 def test_ls_default_fits_120_columns_in_the_json_vocabulary(long_model: Path, cache: Path, tmp_path: Path) -> None:
@@ -259,3 +261,14 @@ def test_show_checks_a_real_signature_against_a_trust_policy(model: Path, cache:
     assert signature() == f"signature    signed by {kid} (not checked: pass --trust-policy)"
     assert signature("--trust-policy", str(policy)) == f"signature    signed by trusted key {kid} ({policy})"
     assert signature("--trust-policy", str(other)).startswith(f"signature    NOT trusted by {other}: ")
+
+
+def test_an_entry_of_a_dynamic_model_built_without_shapes_reads_unshaped_not_static(model: Path, cache: Path,
+                                                                                   tmp_path: Path) -> None:
+    """Its name says ``unshaped`` (the builder chose the shapes); ``ls`` and ``show`` must not call it static."""
+    built = build(model, cache, tmp_path, "u")  # mlp.onnx has a dynamic batch, and no --shape here
+    assert "_unshaped--" in built["name"]
+    [row] = json.loads(run_trtwarm("ls", "--json", "--cache-dir", str(cache)).stdout)
+    assert row["shapes"] == "unshaped"
+    shown = run_trtwarm("show", built["key"][:12], "--cache-dir", str(cache)).stdout
+    assert "static" not in shown and "unshaped" in shown

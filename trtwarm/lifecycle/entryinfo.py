@@ -60,10 +60,13 @@ class EntryInfo:
             return dict(zip(("device", "builder", "precision", "shapes"), parts))
         seen = _DESCRIBED.get(id(doc))
         if seen is not None and seen[0] is doc:  # entries from the manifest index share their key documents
-            return seen[1]
-        if len(_DESCRIBED) >= 256:
-            _DESCRIBED.clear()
-        _DESCRIBED[id(doc)] = (doc, described := _describe(doc))
+            described = seen[1]
+        else:
+            if len(_DESCRIBED) >= 256:
+                _DESCRIBED.clear()
+            _DESCRIBED[id(doc)] = (doc, described := _describe(doc))
+        if described["shapes"] == "static" and "_unshaped--" in self.name:  # dynamic inputs no --shape fixed
+            return {**described, "shapes": "unshaped"}  # as the name says (trtwarm.key.entry_name)
         return described
 
     def as_json(self) -> dict[str, Any]:

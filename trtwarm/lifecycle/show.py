@@ -158,11 +158,14 @@ def describe(inv: Inventory, info: EntryInfo, cache_dir: str, verify: bool,
     """Everything ``show`` prints, as ``show --json`` prints it."""
     m = info.manifest
     doc = m.get("key_document") or {}
+    verified = _verify_now(info) if verify else None
+    if verified and not verified.startswith("ok") and info.status == "ok":  # what the check found now is the status
+        info.status, info.problem = "damaged", verified.removeprefix("failed: ")
     return {**info.as_json(), "model": model_part(info.name), "files": _files(info), "key_document": doc or None,
             "built_by": m.get("built_by"), "build_seconds": m.get("build_seconds"),
             "trtwarm_version": m.get("trtwarm_version"), "schema": m.get("schema"),
             "signature": signature_status(info, policy), "leases": _leases(inv, info.key),
-            "verified_now": _verify_now(info) if verify else None,
+            "verified_now": verified,
             "init_command": _init_command(doc, info.name, cache_dir) if doc else None}
 
 
