@@ -64,6 +64,15 @@ def test_readme_exit_code_table_is_the_one_in_help() -> None:
                                                                      EXIT_MEANINGS.items()}
 
 
+def test_an_unknown_flag_points_at_the_command_s_own_help(model: Path, tmp_path: Path) -> None:
+    run = run_trtwarm("init", "--bogus", "--model", str(model), "--cache-dir", str(tmp_path / "c"))
+    assert run.returncode == 2 and "trtwarm init: unrecognized arguments: --bogus" in run.stderr
+    assert "hint: `trtwarm init --help` lists the flags" in run.stderr
+    typo = run_trtwarm("init", "--builder", "command", "--builder-version", "1", "--build-command", "cp {model} "
+                       "{outptu}", "--model", str(model), "--cache-dir", str(tmp_path / "c"))
+    assert typo.returncode == 2 and "must write to {output} (it has {outptu})" in typo.stderr
+
+
 def test_a_mistyped_command_suggests_the_right_one_among_all() -> None:
     run = run_trtwarm("list")
     assert run.returncode == 2 and "unknown command 'list'" in run.stderr

@@ -31,6 +31,12 @@ def test_bad_remote_urls_are_config_errors(url: str) -> None:
         parse(url, {})
 
 
+def test_a_bad_bucket_name_is_named_as_such() -> None:
+    with pytest.raises(ConfigError, match="'b' is not a valid bucket name") as info:
+        parse("s3://b/prefix", {})
+    assert "3 to 63" in str(info.value.hint)
+
+
 def test_settings_come_from_the_aws_variables_and_secrets_never_show() -> None:
     env = {"AWS_ENDPOINT_URL": "https://s3.example:9000", "AWS_SECRET_ACCESS_KEY": "s3cr3t", "AWS_REGION": "eu-west-1",
            "TRTWARM_REMOTE_CHUNK": "1M"}

@@ -242,7 +242,11 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             raise unknown_command(args[0], COMMANDS)
         parser = _parser(command)  # None (unknown): every command, for the error message
         _apply_env(parser, environ)
-        ns = parser.parse_args(args)
+        ns, extra = parser.parse_known_args(args)
+        if extra:  # argparse's own message names only `trtwarm`, whose --help does not list a command's flags
+            where = f"trtwarm {command}" if command else "trtwarm"
+            raise ConfigError(f"{where}: unrecognized arguments: {' '.join(extra)}",
+                              hint=f"`{where} --help` lists the flags")
         logsetup.setup(getattr(ns, "log_format", "text"))
         with guarded():
             return int(ns.func(ns, environ))

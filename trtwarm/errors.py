@@ -203,7 +203,8 @@ EXIT_MEANINGS: dict[int, str] = {
         "instead)",
     14: "standard output could not be written (a full or failing file behind a redirection); also a closed pipe "
         "for verify, gc, rm and sign, whose result was cut short (for the other commands a closed pipe is the reader "
-        "having what it wanted: exit 0)",
+        "having what it wanted: exit 0). Not init: its result is the hand-off (engine.json and the engine link), "
+        "already written, so it warns and exits with the init's own code",
     130: "stopped by SIGINT: a build in progress is stopped (its process group gets SIGTERM, then SIGKILL after "
          "10 s), its staging directory removed, the termination message written",
     143: "stopped by SIGTERM, likewise",

@@ -59,9 +59,12 @@ class RemoteURL:
 def parse(url: str, environ: Mapping[str, str]) -> RemoteURL:
     """Parse ``s3://bucket[/prefix]`` and the AWS settings in *environ*. :raises ConfigError: bad URL or settings."""
     match = re.fullmatch(r"s3://([^/]+)(?:/(.*))?", url.strip())
-    if not match or not _BUCKET.fullmatch(match[1]):
+    if not match:
         raise ConfigError(f"--remote {url!r} is not an S3 URL", hint="use s3://BUCKET/PREFIX, e.g. "
                           "s3://engines/prod; the endpoint comes from AWS_ENDPOINT_URL")
+    if not _BUCKET.fullmatch(match[1]):
+        raise ConfigError(f"--remote {url!r}: {match[1]!r} is not a valid bucket name", hint="a bucket name is 3 to "
+                          "63 lower-case letters, digits, '.', '-' or '_', starting with a letter or digit")
     prefix = (match[2] or "").strip("/")
     if any(part in ("", ".", "..") for part in prefix.split("/")) and prefix:
         raise ConfigError(f"--remote {url!r}: the prefix has an empty, '.' or '..' part", hint="e.g. s3://engines/prod")
@@ -95,7 +98,7 @@ def redact(text: str, remote: RemoteURL) -> str:
     """*text* with every secret of *remote* replaced by ``***`` (for messages that quote a server's answer)."""
     for name in SECRET_KEYS:
         secret = remote.aws.get(name)
-        if secret:
+        if secret and len(secret) >= 4:  # a shorter one cannot be told from the text around it (every "b" masked)
             text = text.replace(secret, "***")
     return text
 
