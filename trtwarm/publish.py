@@ -95,15 +95,22 @@ def build_and_publish(plan: Plan) -> bool:
     :raises BuildError: the builder failed; :raises OSError: the volume is full or read-only (see :func:`warm`)
     """
     store = plan.store
-    for path in store.clean_staging(plan.key):
-        log.info("removed stale staging directory %s left by a dead builder", path.name)
+    _sweep(store, plan.key)
     with store.staging(plan.key) as staging:
         manifest, signature = _build_into(plan, staging)
         adopted = _remote_push_staged(plan, staging, manifest, signature)  # --remote-push required
         won = adopted is None and store.publish(staging, plan.name, manifest, signature)
+    # again: a builder killed just before this one took over may still have been exiting at the first sweep (the
+    # kernel drops its lock before the process is gone), and its directory would stay until it is a day old
+    _sweep(store, plan.key)
     if not won and adopted is None:
         plan.seconds.pop("build", None)
     return won
+
+
+def _sweep(store: Any, key: str) -> None:
+    for path in store.clean_staging(key):
+        log.info("removed stale staging directory %s left by a dead builder", path.name)
 
 
 def _remote_push_staged(plan: Plan, staging: Any, manifest: dict[str, Any],
