@@ -272,3 +272,17 @@ def test_an_entry_of_a_dynamic_model_built_without_shapes_reads_unshaped_not_sta
     assert row["shapes"] == "unshaped"
     shown = run_trtwarm("show", built["key"][:12], "--cache-dir", str(cache)).stdout
     assert "static" not in shown and "unshaped" in shown
+
+
+def test_ls_all_lists_a_quarantined_entry_in_the_same_words_as_the_others(model: Path, cache: Path,
+                                                                         tmp_path: Path) -> None:
+    build(model, cache, tmp_path, "q", "--shape", "input=1x16:8x16:32x16")
+    engine = entries(cache)[0] / "engine.plan"
+    engine.write_bytes(bytes(len(engine.read_bytes())))  # corrupt: the next init quarantines it and builds again
+    assert build(model, cache, tmp_path, "q", "--shape", "input=1x16:8x16:32x16")["result"] == "built"
+    rows = json.loads(run_trtwarm("ls", "--all", "--json", "--cache-dir", str(cache)).stdout)
+    ok, gone = (next(r for r in rows if r["status"] == s) for s in ("ok", "quarantined"))
+    assert [gone[k] for k in ("builder", "device", "precision", "shapes")] == \
+        [ok[k] for k in ("builder", "device", "precision", "shapes")] == [ok["builder"], ok["device"], "model",
+                                                                          "input=8x16"]
+    assert "corrupt" in (gone["problem"] or "") or "sha" in (gone["problem"] or "").lower()

@@ -201,7 +201,10 @@ def _quarantined(item: os.DirEntry[str]) -> EntryInfo:
     stamp = _STAMP.search(item.name)
     when = timegm(time.strptime(stamp[1], "%Y%m%dT%H%M%SZ")) if stamp else item.stat(follow_symlinks=False).st_mtime
     reason = item.name[stamp.end():].rsplit(".", 1)[0] if stamp else None
-    return EntryInfo(item.name, item.path, "quarantined", dir_bytes(item.path), problem=reason, last_used=float(when))
+    info = EntryInfo(item.name, item.path, "quarantined", dir_bytes(item.path), problem=reason, last_used=float(when))
+    # its labels as its manifest gives them (like the other rows), when that can still be read
+    info.manifest = read_json_object(Path(item.path) / "manifest.json", MANIFEST_LIMIT) or {}
+    return info
 
 
 def _owners(layout: Layout, now: float) -> list[OwnerInfo]:
