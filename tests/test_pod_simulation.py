@@ -241,13 +241,16 @@ def test_rendered_gc_cronjob_and_helm_test_pod_run_against_a_real_cache(tmp_path
     make_model(models / "mlp.onnx")
     shared = {"trtwarm-cache": tmp_path / "volumes" / "cache", "trtwarm-model": models}
     server = SimulatedPod(pod_spec(objs), "server-0", tmp_path / "pods", shared)
-    server.run_inits()  # the exporter sidecar is not needed for this
-    for kind, name in (("CronJob", "gc"), ("Pod", "verify")):
-        spec = _job_pod(objs, kind)
-        pod = SimulatedPod(spec, f"{name}-0", tmp_path / "pods", shared)
-        proc = _run_rendered(pod, container(spec, name), tmp_path / f"bin-{name}")
-        assert proc.returncode == 0, f"{kind}: {proc.stdout}{proc.stderr}"
-    assert len(list((shared["trtwarm-cache"] / "entries").iterdir())) == 1  # in use: kept
+    try:
+        server.run_inits()  # the exporter starts too (a native sidecar), and must be stopped: it outlived the test
+        for kind, name in (("CronJob", "gc"), ("Pod", "verify")):
+            spec = _job_pod(objs, kind)
+            pod = SimulatedPod(spec, f"{name}-0", tmp_path / "pods", shared)
+            proc = _run_rendered(pod, container(spec, name), tmp_path / f"bin-{name}")
+            assert proc.returncode == 0, f"{kind}: {proc.stdout}{proc.stderr}"
+        assert len(list((shared["trtwarm-cache"] / "entries").iterdir())) == 1  # in use: kept
+    finally:
+        assert server.stop() == [0]
 
 
 def quick_start_values() -> dict[str, Any]:
