@@ -283,3 +283,34 @@ def test_a_signature_verified_before_on_this_node_is_trusted_only_for_the_same_b
     altered = hit(policy(tmp_path, "enforce", public), "h4")
     assert altered.returncode == 7 and "signed statement does not match manifest.json" in altered.stderr
     assert entries(cache) == [entry]  # a read-only consumer moves nothing
+
+
+def test_an_entry_a_volume_writer_slips_in_during_a_build_is_checked_not_handed_over(model: Path, cache: Path,
+                                                                                    tmp_path: Path) -> None:
+    """Under enforce, a builder whose publish finds the name taken (here by an unsigned entry a writer of the volume
+    copied in while it built) hands over nothing it did not check: the intruder is refused and replaced."""
+    from conftest import spawn, wait_for_log
+
+    private, public = keypair(tmp_path, "ci")
+    gate, source = tmp_path / "gate", tmp_path / "source"
+    command = f"sh -c 'while [ -e {gate} ]; do sleep 0.05; done; cp {source} {{output}}'"
+
+    def args(where: str, *extra: str) -> list[str]:
+        argv = cmd_init_args(model, tmp_path / where, tmp_path / f"h-{where}", *extra)
+        argv[argv.index("--build-command") + 1] = command
+        return argv
+
+    source.write_bytes(b"EVIL" * 1000)  # the intruder: the same key, other bytes, no signature
+    assert run_trtwarm(*args("rogue")).returncode == 0
+    [rogue] = entries(tmp_path / "rogue")
+    source.write_bytes(b"GOOD" * 1000)
+    gate.touch()
+    builder = spawn(args("cache", "--signing-key", str(private), "--trust-policy",
+                         str(policy(tmp_path, "enforce", public))))
+    wait_for_log(builder, "running build command")
+    subprocess.run(["cp", "-a", str(rogue), str(cache / "entries" / rogue.name)], check=True)
+    gate.unlink()
+    assert builder.wait(60) == 0, builder.log.read_text()  # type: ignore[attr-defined]
+    handed = (tmp_path / "h-cache" / "engine").resolve().read_bytes()
+    assert handed == b"GOOD" * 1000, "the unsigned entry was handed over"
+    assert "unsigned" in builder.log.read_text()  # type: ignore[attr-defined]

@@ -118,31 +118,40 @@ def _single_flight(plan: Plan) -> tuple[Entry | None, str]:
     if result == "waited":
         log.info("%s appeared while waiting %.1f s", plan.label, lock.waited)
         return _lookup(plan), result
-    entry = plan.store.lookup(plan.key, plan.name)
+    if result == "lost":  # not ours: whoever published it is checked like any other entry (the trust policy too)
+        log.info("%s was published by someone else while this init held the lock; checking it", plan.label)
+        return _lookup(plan), "waited"
+    entry = plan.store.lookup(plan.key, plan.name)  # ours, just published and checked
     if entry is None:
         raise BuildError(f"the published entry {plan.name} did not verify", hint="see the quarantine warning above")
     return entry, result
 
 
 def _pull_or_build_locked(plan: Plan, mode: str) -> tuple[str, Entry | None]:
-    """Under the key's lock: pull from ``--remote`` (the pulled entry), else build (``absent``: may not build)."""
-    if plan.remote is not None and (pulled := plan.remote.pull(plan.key, plan.name, plan.load_check(trust=False))):
-        return "pulled", pulled
+    """Under the key's lock: pull from ``--remote`` (the pulled entry), else build (``absent``: may not build;
+    ``lost``: an entry this init did not publish took the name meanwhile, e.g. a writer of the volume's)."""
+    if plan.remote is not None:
+        if pulled := plan.remote.pull(plan.key, plan.name, plan.load_check(trust=False)):
+            return "pulled", pulled
+        if plan.store.find(plan.key, plan.name) is not None:
+            return "lost", None
     if plan.settings.read_only or plan.gate.consumer_only:
         return "absent", None
-    _build_locked(plan, mode)
-    return "built", None
+    return ("built" if _build_locked(plan, mode) else "lost"), None
 
 
-def _build_locked(plan: Plan, mode: str) -> None:
-    """Build and publish under the GPU's lock too, when the builder has one (parallel builds skew tactic timing)."""
+def _build_locked(plan: Plan, mode: str) -> bool:
+    """Build and publish under the GPU's lock too, when the builder has one (parallel builds skew tactic timing).
+
+    :return: whether this build is the published entry (False: another entry took the name first)
+    """
     s = plan.settings
     log.info("building %s (lock mode %s)", plan.label, mode)
     gpu_lock = plan.builder.gpu_lock_id()
     with (BuildLock(plan.layout, gpu_lock, s.identity, mode=s.lock_mode, timeout=s.lock_timeout,
                     on_wait=_on_wait(plan, gpu_lock), progress=s.progress_interval, label=plan.name)
           if gpu_lock else contextlib.nullcontext()):
-        build_and_publish(plan)
+        return build_and_publish(plan)
 
 
 def _wait_reason(plan: Plan) -> tuple[str, str, str]:
