@@ -419,11 +419,38 @@ def test_a_required_push_never_adopts_a_winning_ref_the_trust_policy_refuses(
     builder = init("b", "--remote-push", "required", "--signing-key", str(private), "--trust-policy", enforce)
     assert builder.returncode == 0 and builder.summary["result"] == "built", builder.stderr
     assert engine_sha(tmp_path / "hb") != engine_sha(tmp_path / "hr")
-    assert "the trust policy refuses it" in builder.stderr and "trtwarm remote rm" in builder.stderr
+    assert "it is refused here" in builder.stderr and "trtwarm remote rm" in builder.stderr
     assert handoff_doc(tmp_path / "hb")["remote"]["push"] == "lost"
     assert run_trtwarm("verify", "--cache-dir", str(tmp_path / "b"), "--trust-policy", enforce).returncode == 0
     consumer = init("c", "--read-only", "--trust-policy", enforce)
     assert consumer.returncode == 7 and "unsigned" in consumer.stderr and "trtwarm remote rm" in consumer.stderr
+
+
+def test_a_required_push_never_adopts_a_ref_whose_blob_it_found_corrupt(
+        s3: SeaweedServer, url: str, model: Path, tmp_path: Path) -> None:
+    """A builder that refused the ref's engine (a damaged blob) and then lost the push race to that same ref
+    publishes its own build, instead of fetching the damaged blob again and failing (every builder would)."""
+    import obstore
+
+    extra = tmp_path / "extra"  # the same build command (so the same key) makes other bytes while it exists
+    command = f"sh -c 'cp {{model}} {{output}}; cat {extra} >> {{output}} 2>/dev/null; true'"
+
+    def init(cache: str, *flags: str) -> Any:
+        args = cmd_init_args(model, tmp_path / cache, tmp_path / f"h{cache}", "--remote", url, *flags)
+        args[args.index("--build-command") + 1] = command
+        return run_trtwarm(*args, env=s3.env())
+
+    extra.write_text("first")
+    assert init("a").returncode == 0
+    store = bucket(s3, url.removeprefix("s3://engines/"))
+    blob = objects(s3, url, "blobs/")[0]
+    good = bytes(obstore.get(store, blob).bytes())
+    obstore.put(store, blob, bytes([good[0] ^ 0xFF]) + good[1:])  # same size, one byte flipped
+    extra.unlink()
+    builder = init("b", "--remote-push", "required")
+    assert builder.returncode == 0 and builder.summary["result"] == "built", builder.stderr
+    assert engine_sha(tmp_path / "hb") != engine_sha(tmp_path / "ha")  # its own build, not the damaged one
+    assert "it is refused here" in builder.stderr and "trtwarm remote rm" in builder.stderr
 
 
 def test_a_store_without_create_only_puts_gets_the_read_back_fallback_first_ref_kept_and_said(

@@ -159,11 +159,12 @@ def test_stamps_past_max_age_are_removed_when_a_new_one_is_written(model: Path, 
     _built(model, cache, tmp_path)
     stamps = tmp_path / "h" / "stamps"
     stamps.mkdir(mode=0o700, parents=True)
-    old, young = stamps / "fd01-1234.json", stamps / "sig-0123.json"
-    for path, age in ((old, 3 * 3600), (young, 60)):
+    old, young, users = stamps / "fd01-1234.json", stamps / f"sig-{'0' * 64}.json", stamps / "engine.json"
+    for path, age in ((old, 3 * 3600), (young, 60), (users, 3 * 3600)):
         path.write_text("{}")
         os.utime(path, (time.time() - age, time.time() - age))
     run = _stamped_hit(model, cache, tmp_path, "--stamp-max-age", "1h")
     assert "0 file(s) by stamp, 1 hashed" in run.stderr  # the engine was stamped just now...
     assert not old.exists() and young.exists()  # ...and only what max age no longer trusts was removed
-    assert len(list(stamps.glob("*.json"))) == 2
+    assert users.exists()  # a file that is no stamp is never touched (a directory shared with other files)
+    assert len(list(stamps.glob("*.json"))) == 3

@@ -244,7 +244,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         _apply_env(parser, environ)
         ns, extra = parser.parse_known_args(args)
         if extra:  # argparse's own message names only `trtwarm`, whose --help does not list a command's flags
-            where = f"trtwarm {command}" if command else "trtwarm"
+            nested = getattr(ns, "remote_command", None) if command == "remote" else None
+            where = " ".join(w for w in ("trtwarm", command, nested) if w)
             raise ConfigError(f"{where}: unrecognized arguments: {' '.join(extra)}",
                               hint=f"`{where} --help` lists the flags")
         logsetup.setup(getattr(ns, "log_format", "text"))

@@ -42,16 +42,11 @@ class CommandBuilder(Builder):
         if not template:
             raise ConfigError("--builder command needs --build-command", hint="e.g. --build-command 'trtexec "
                               "--onnx={model} --saveEngine={output}'")
-        # a misspelt placeholder reaches the tool as literal text (${VAR} and {} are the shell's, left alone)
-        unknown = ", ".join(sorted({f"{{{w}}}" for w in re.findall(r"(?<!\$)\{([a-z_]+)\}", template)}
-                                   - {"{model}", "{output}", "{workdir}"}))
-        if "{output}" not in template:
-            raise ConfigError("--build-command must write to {output}" + (f" (it has {unknown})" if unknown else ""),
+        if "{output}" not in template:  # name what may be a misspelt placeholder ({outptu})
+            words = ", ".join(sorted(set(re.findall(r"(?<!\$)\{\w+\}", template)) - {"{model}", "{workdir}"}))
+            raise ConfigError("--build-command must write to {output}" + (f" (it has {words})" if words else ""),
                               hint="put {output} where the engine goes; the placeholders are {model}, {output} and "
                               "{workdir}")
-        if unknown:
-            log.warning("--build-command has %s, which is no placeholder (they are {model}, {output} and {workdir}): "
-                        "passed to the tool as it is", unknown)
         try:
             return shlex.split(template)
         except ValueError as exc:

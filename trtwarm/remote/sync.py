@@ -148,7 +148,7 @@ class RemoteSync:
         if winner is None or _engine_sha(winner["manifest"]) == _engine_sha(manifest):
             return None
         key = str(manifest["key"])
-        if not self._trusted(name, winner):  # never adopt what the trust policy refuses: publish this build here
+        if not self._adoptable(name, winner):  # refused here before, or by the trust policy: publish this build
             self.stats["push"] = "lost"
             return None
         log.info("another pusher's engine for %s won the ref; publishing it instead of this build", key[:16])
@@ -183,22 +183,24 @@ class RemoteSync:
             return
         self._lost(entry, result.ref, result.uploaded)
 
-    def _trusted(self, name: str, winner: dict[str, Any]) -> bool:
-        """Whether the trust policy accepts the ref that won the push race (checked like a pull's, before a byte of
-        it is downloaded); a refusal is counted, reported and remembered."""
-        if self.verify_ref is None:
+    def _adoptable(self, name: str, winner: dict[str, Any]) -> bool:
+        """Whether the ref that won the push race may be published here instead of this build: not one this init
+        refused already (a corrupt blob: every builder would fail on it), and one the trust policy accepts (checked
+        like a pull's, before a byte is downloaded). A refusal is counted, reported and remembered."""
+        why = self.refused[1] if self.refused is not None else None
+        if why is None and self.verify_ref is not None:
+            try:
+                self.verify_ref(name, winner)
+            except EntryInvalid as exc:
+                self.stats["errors"]["trust"] += 1
+                self._refuse(name, exc.reason, "trust")
+                why = f"the trust policy refuses it: {exc.reason}"
+        if why is None:
             return True
-        try:
-            self.verify_ref(name, winner)
-        except EntryInvalid as exc:
-            self.stats["errors"]["trust"] += 1
-            self._refuse(name, exc.reason, "trust")
-            log.warning("another pusher's engine for %s won the ref, but the trust policy refuses it (%s); this "
-                        "build is published here instead. A ref is never overwritten: remove it (`trtwarm remote "
-                        "rm %s`) and the next push publishes a trusted one", name, exc.reason,
-                        str(winner["manifest"].get("key", ""))[:16])
-            return False
-        return True
+        log.warning("another pusher's engine for %s won the ref, but it is refused here (%s); this build is "
+                    "published here instead. A ref is never overwritten: remove it (`trtwarm remote rm %s`) and the "
+                    "next push publishes a good one", name, why, str(winner["manifest"].get("key", ""))[:16])
+        return False
 
     def _lost(self, entry: Entry, winner: dict[str, Any], uploaded: int) -> None:
         same = _engine_sha(winner["manifest"]) == _engine_sha(entry.manifest)

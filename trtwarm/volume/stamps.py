@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import stat
 import time
 from pathlib import Path
@@ -51,6 +52,8 @@ log = logging.getLogger("trtwarm.stamps")
 MAX_AGE_SECONDS = 24 * 3600.0
 _LIMIT = 4096
 _UNSAFE_MODE = stat.S_IWGRP | stat.S_IWOTH
+#: the names of stamps (``<dev>-<inode>.json``) and signature records (``sig-<sha256>.json``)
+_OURS = re.compile(r"[0-9a-f]+-[0-9a-f]+\.json|sig-[0-9a-f]{64}\.json")
 
 
 def _owned_safely(st: os.stat_result) -> bool:
@@ -226,13 +229,13 @@ class StampBook:
         cutoff = time.time() - self.max_age
         try:
             with os.scandir(self.directory) as it:
-                old = [e.path for e in it
-                       if e.name.endswith(".json") and e.stat(follow_symlinks=False).st_mtime < cutoff]
+                ours = [e for e in it if _OURS.fullmatch(e.name)]  # never a file of the user's (a shared dir)
         except OSError:
             return
-        for path in old:
+        for item in ours:
             try:
-                os.unlink(path)
+                if item.stat(follow_symlinks=False).st_mtime < cutoff:
+                    os.unlink(item.path)
             except OSError:  # gone already (another Pod pruned it), or not ours to remove: harmless
                 pass
 
