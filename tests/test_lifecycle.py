@@ -256,3 +256,17 @@ def test_a_hand_edited_key_document_of_another_shape_is_listed_not_a_crash(model
         run = run_trtwarm(*argv, "--cache-dir", str(cache))
         assert run.returncode == 0 and "Traceback" not in run.stderr and "unexpected" not in run.stderr, run.stderr
     assert "- (no readable key document)" in run.stdout  # show: no init command line to offer
+
+
+def test_keep_per_model_keeps_n_of_each_configuration_not_of_each_model_name(model: Path, cache: Path,
+                                                                            tmp_path: Path) -> None:
+    """An fp16 and an int8 engine of one model serve different Pods: keeping 1 per model keeps one of each (the
+    newest of each configuration), and drops only the older build of the same configuration."""
+    built = {t: build(model, cache, tmp_path, t, "--precision", p)
+             for t, p in (("fp16-old", "fp16"), ("fp16-new", "fp16"), ("int8", "int8"))}
+    for tag, days in (("fp16-old", 9), ("fp16-new", 1), ("int8", 5)):
+        set_last_use(cache, built[tag]["key"], days)
+    age_leases(cache)
+    run = run_trtwarm("gc", "--cache-dir", str(cache), "--keep-per-model", "1", "--yes", "--json")
+    assert run.returncode == 0, run.stderr
+    assert names(cache) == {built["fp16-new"]["name"], built["int8"]["name"]}

@@ -116,3 +116,28 @@ def test_coverage_of_tensorrt_rows_needs_no_tensorrt_and_no_gpu(tmp_path: Path, 
     assert rows[0][1]["build"]["precision"] == "fp16" and "device" not in rows[0][1]
     bad = run_trtwarm("key", "--model", str(model), "--tensorrt-version", "10.x")
     assert bad.returncode == 2 and "10.16.1.11+cu12" in bad.stderr
+
+
+def test_remote_keep_per_model_keeps_the_newest_of_each_configuration() -> None:
+    """Refs of one model in two precisions and for two GPU products are four configurations: keeping 1 per model
+    removes only the older build of a configuration (a new model version), never another configuration's engine."""
+    def doc(product: str, precision: str, digest: str) -> dict:
+        return {"model": {"sha256": digest}, "builder": {"name": "tensorrt", "version": "10.16.1.11"},
+                "device": {"kind": "gpu", "product": product}, "build": {"precision": precision}}
+
+    rows = [(f"{i:02x}" * 32, product, precision, digest, created)
+            for i, (product, precision, digest, created) in enumerate([
+                ("NVIDIA H100 80GB HBM3", "fp16", "v1", 1e9), ("NVIDIA H100 80GB HBM3", "fp16", "v2", 2e9),
+                ("NVIDIA H100 80GB HBM3", "int8", "v2", 2e9), ("NVIDIA A100-SXM4-80GB", "fp16", "v2", 2e9)])]
+    refs = [(key, make_ref(_manifest(key=key, name=f"bert_{p}_{q}--{key[:16]}", created=c, sha=key,
+                                     doc=doc(p, q, d)), None), "") for key, p, q, d, c in rows]
+    todo = gc.plan(refs, [], 3e9, keep_per_model=1)
+    assert [(name.split("--")[0], reason) for _, name, reason in todo.refs] == [
+        ("bert_NVIDIA H100 80GB HBM3_fp16", "count")] and todo.kept_refs == 3
+    assert todo.refs[0][0] == rows[0][0]  # the older model version's
+
+
+def test_remote_gc_refuses_a_keep_per_model_that_keeps_nothing() -> None:
+    for count in ("0", "-1"):
+        run = run_trtwarm("remote", "gc", "--remote", "s3://engines/prod", "--keep-per-model", count, "--dry-run")
+        assert run.returncode == 2 and "would remove every ref" in run.stderr and "hint:" in run.stderr

@@ -83,6 +83,22 @@ def model_part(name: str) -> str:
     return name.split("_", 1)[0]
 
 
+def configuration(name: str, doc: Any) -> str:
+    """What ``--keep-per-model`` keeps the newest N of (local and remote gc): the model's name and the engine's
+    configuration (builder, device, build options), not their versions (the model's bytes, the builder's version
+    and command, ``--key-extra``).
+    A new model version or TensorRT release replaces an older engine of its configuration; an fp16 engine never
+    displaces the int8 one, nor one GPU product's engine another's. *doc*: the key document, when read."""
+    if isinstance(doc, Mapping) and doc:
+        builder = doc.get("builder") if isinstance(doc.get("builder"), Mapping) else {}
+        build = doc.get("build") if isinstance(doc.get("build"), Mapping) else {}
+        options = {k: v for k, v in build.items() if k != "extra"}  # --key-extra: a version (calib=v2), not a kind
+        return json.dumps([model_part(name), builder.get("name"), doc.get("device"), options], sort_keys=True,
+                          default=str)
+    parts = name.rpartition("--")[0].split("_")  # <model>_<device>_<builder+version>_<precision>_<shapes>
+    return "_".join(parts[:-3] + parts[-2:]) if len(parts) >= 5 else name
+
+
 def diff(old: Any, new: Any, path: str = "") -> list[tuple[str, Any, Any]]:
     """List the leaves that differ between two key documents as ``(dotted.path, old, new)``."""
     if isinstance(old, dict) and isinstance(new, dict):
@@ -93,5 +109,5 @@ def diff(old: Any, new: Any, path: str = "") -> list[tuple[str, Any, Any]]:
     return [] if old == new else [(path, old, new)]
 
 
-__all__ = ["SCHEMA", "canonical", "diff", "entry_name", "key_document", "key_of", "model_fields", "model_part",
-           "sanitize"]
+__all__ = ["SCHEMA", "canonical", "configuration", "diff", "entry_name", "key_document", "key_of", "model_fields",
+           "model_part", "sanitize"]

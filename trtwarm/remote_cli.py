@@ -40,7 +40,8 @@ def add_parsers(sub: Any) -> None:
             p.add_argument("--yes", action="store_true", help="do it")
         if name == "gc":
             p.add_argument("--max-age", help="remove refs created longer ago, e.g. 90d")
-            p.add_argument("--keep-per-model", type=int, help="keep the newest N refs per model")
+            p.add_argument("--keep-per-model", type=int, help="keep the newest N refs of each model and "
+                           "configuration (precision, GPU, shapes: an fp16 engine never displaces the int8 one)")
             p.add_argument("--blob-grace", default="1d", help="unreferenced blobs younger than this stay (%(default)s)")
         if name == "coverage":
             p.add_argument("--matrix", required=True, help="the prebuild matrix (JSON)")
@@ -137,6 +138,9 @@ def cmd_gc(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     from trtwarm.lifecycle.tables import human_bytes
     from trtwarm.remote.gc import plan
 
+    if ns.keep_per_model is not None and ns.keep_per_model < 1:  # 0 or less would plan to remove every ref
+        raise ConfigError(f"--keep-per-model {ns.keep_per_model} would remove every ref",
+                          hint="give a count of 1 or more (or --max-age); `trtwarm remote rm` removes chosen refs")
     repo = _repo(ns, environ)
     blobs = list(repo.blobs())  # blobs first: one uploaded after this listing is not in the plan at all
     todo = plan(repo.read_refs(), blobs, time.time(), max_age=parse_duration(ns.max_age) if ns.max_age else None,

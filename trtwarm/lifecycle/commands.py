@@ -272,7 +272,8 @@ def add_parsers(sub: Any, cache_default: str) -> None:
     gc = parser("gc", cmd_gc, "remove entries by age, byte budget and count per model (plan first)")
     gc.add_argument("--max-age", help="remove entries unused for longer, e.g. 30d")
     gc.add_argument("--max-bytes", help="then remove least recently used entries until under this, e.g. 100G")
-    gc.add_argument("--keep-per-model", type=int, help="keep only the N most recently used entries per model")
+    gc.add_argument("--keep-per-model", type=int, help="keep only the N most recently used entries of each model and "
+                    "configuration (precision, device, shapes: an fp16 engine never displaces the int8 one)")
     gc.add_argument("--quarantine-grace", default="7d", help="keep quarantined entries this long (%(default)s)")
     gc.add_argument("--max-remove", type=int, default=gclib.MAX_REMOVE, help="bound per pass (%(default)s)")
     rm = parser("rm", cmd_rm, "remove entries by key, key prefix, entry name or model name")

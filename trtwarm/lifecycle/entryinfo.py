@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm.device import short_name
+from trtwarm.key import configuration
 from trtwarm.volume import leases as leaselib
 
 OWNER_STALE_SECONDS = 60.0
@@ -49,8 +50,13 @@ class EntryInfo:
 
     @property
     def model(self) -> str:
-        """The readable model part of the name (for ``--keep-per-model``)."""
+        """The readable model part of the name."""
         return self.name.split("_", 1)[0]
+
+    @property
+    def configuration(self) -> str:
+        """What ``--keep-per-model`` keeps N of: the model and the engine's configuration, not their versions."""
+        return configuration(self.name, self.manifest.get("key_document"))
 
     def describe(self) -> dict[str, str]:
         """Readable builder, device, precision and shapes, from the manifest's key document (do not modify it)."""

@@ -130,9 +130,10 @@ def plan(inv: Inventory, policy: Policy) -> Plan:
                 drop(info, "age")
     if policy.keep_per_model is not None:
         seen: dict[str, int] = {}
-        for info in reversed(by_lru):  # newest first: the first N of each model stay
-            seen[info.model] = seen.get(info.model, 0) + 1
-            if seen[info.model] > policy.keep_per_model and info.path not in chosen:
+        for info in reversed(by_lru):  # newest first: the first N of each model and configuration stay
+            group = info.configuration
+            seen[group] = seen.get(group, 0) + 1
+            if seen[group] > policy.keep_per_model and info.path not in chosen:
                 drop(info, "count")
     if policy.max_bytes is not None:
         left = sum(e.bytes for e in inv.entries if e.path not in chosen)

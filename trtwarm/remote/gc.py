@@ -1,7 +1,7 @@
 """Retention for the remote repository: which refs go (by age, keep-per-model) and which blobs are unreferenced.
 
-Refs are removed by their manifest's ``created`` age and by ``keep_per_model`` (newest N refs per model name, as
-the local ``gc`` does). Blobs go only when **no** ref names them and their own upload is older than the grace
+Refs are removed by their manifest's ``created`` age and by ``keep_per_model`` (the newest N refs of each model and
+configuration, :func:`trtwarm.key.configuration`, as the local ``gc`` does). Blobs go only when **no** ref names them and their own upload is older than the grace
 period: a push uploads its blobs before it writes its ref, so a younger unreferenced blob may belong to a push in
 flight. Blobs of refs removed in this pass stay until a later pass (a reader may have read the ref just now), and
 when any ref cannot be read, no blob is removed at all (its blobs are unknown).
@@ -13,6 +13,7 @@ import datetime
 from dataclasses import dataclass, field
 from typing import Any
 
+from trtwarm.key import configuration
 from trtwarm.remote.repo import manifest_files
 
 DEFAULT_BLOB_GRACE = 24 * 3600.0
@@ -37,7 +38,7 @@ class RemotePlan:
 
 
 def _model(manifest: dict[str, Any]) -> str:
-    return str(manifest.get("name", "?")).split("_", 1)[0]
+    return configuration(str(manifest.get("name", "?")), manifest.get("key_document"))
 
 
 def plan(refs: list[tuple[str, dict[str, Any] | None, str]], blobs: list[dict[str, Any]], now: float, *,

@@ -239,7 +239,8 @@ def add_parser(sub: Any, cache_default: str, handoff_default: str) -> None:
     p.add_argument("--gc-interval", help="run gc this often, e.g. 1h (default: off)")
     p.add_argument("--gc-max-age", help="periodic gc: remove entries unused for longer, e.g. 30d")
     p.add_argument("--gc-max-bytes", help="periodic gc: byte budget, e.g. 100G")
-    p.add_argument("--gc-keep-per-model", type=int, help="periodic gc: keep N entries per model")
+    p.add_argument("--gc-keep-per-model", type=int, help="periodic gc: keep N entries of each model and "
+                   "configuration")
     p.add_argument("--gc-quarantine-grace", default="7d", help="periodic gc: keep quarantined entries (%(default)s)")
     p.add_argument("--lock-mode", default="auto", choices=["auto", "flock", "lease"], help="for the gc lock")
     p.add_argument("--log-format", default="text", choices=["text", "json"])
