@@ -300,10 +300,12 @@ def test_prebuild_fills_the_remote_and_coverage_says_which_pods_would_hit(
     assert before.returncode == 0, before.stderr
     assert json.loads(before.stdout)["percent"] == 0.0
 
-    first = run_trtwarm("prebuild", "--matrix", str(matrix), env=env)
+    (tmp_path / "tmp").mkdir()
+    first = run_trtwarm("prebuild", "--matrix", str(matrix), env={**env, "TMPDIR": str(tmp_path / "tmp")})
     assert first.returncode == 0, first.stderr
     assert first.stdout.count("built, pushed") == 2 and "2 rows: 2 ok, 0 failed" in first.stdout
     assert "[1/2] mlp/default: built, pushed" in first.stderr and "[2/2] mlp-static/default" in first.stderr
+    assert list((tmp_path / "tmp").glob("trtwarm-prebuild-*")) == []  # its temporary cache (engines too) is gone
     again = run_trtwarm("prebuild", "--matrix", str(matrix), env=env)
     assert again.stdout.count("present") == 2
 

@@ -141,3 +141,16 @@ def test_remote_gc_refuses_a_keep_per_model_that_keeps_nothing() -> None:
     for count in ("0", "-1"):
         run = run_trtwarm("remote", "gc", "--remote", "s3://engines/prod", "--keep-per-model", count, "--dry-run")
         assert run.returncode == 2 and "would remove every ref" in run.stderr and "hint:" in run.stderr
+
+
+@pytest.mark.parametrize(("doc", "words"), [
+    ([1, 2], "not a JSON object"), ({"models": [{"model": "a.onnx"}], "precision": []}, "non-empty list"),
+    ({"models": [{"model": "a.onnx"}], "precision": [{"a": 1}]}, "list of names"),
+    ({"models": [{"model": "a.onnx"}], "options": ["x"]}, "must be an object")])
+def test_a_malformed_matrix_is_a_usage_error_naming_what_is_wrong(tmp_path: Path, doc: object, words: str) -> None:
+    """Not a bug report (exit 1), and never a green CI job that built nothing."""
+    from trtwarm.prebuild import matrix_rows
+
+    (tmp_path / "matrix.json").write_text(json.dumps(doc))
+    with pytest.raises(ConfigError, match=words):
+        matrix_rows(tmp_path / "matrix.json")

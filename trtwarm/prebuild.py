@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
 import tempfile
 import time
 from collections.abc import Mapping
@@ -54,14 +55,21 @@ def matrix_rows(path: Path) -> list[tuple[str, list[str]]]:
     except (OSError, ValueError) as exc:
         raise ConfigError(f"--matrix {path}: {getattr(exc, 'strerror', None) or exc}", hint="a JSON file: "
                           "{\"models\": [{\"model\": \"a.onnx\"}], \"precision\": [\"fp16\"]}") from None
-    models, precisions = doc.get("models") if isinstance(doc, dict) else None, doc.get("precision", [None])
+    hint = "a JSON object: {\"models\": [{\"model\": \"a.onnx\"}], \"precision\": [\"fp16\"], \"options\": {}}"
+    if not isinstance(doc, dict):
+        raise ConfigError(f"--matrix {path}: not a JSON object", hint=hint)
+    models, precisions, options = doc.get("models"), doc.get("precision", [None]), doc.get("options") or {}
     if not isinstance(models, list) or not models or not all(isinstance(m, dict) and m.get("model") for m in models):
-        raise ConfigError(f"--matrix {path}: needs \"models\", a list of objects each with a \"model\"",
-                          hint="a JSON file: {\"models\": [{\"model\": \"a.onnx\"}], \"precision\": [\"fp16\"]}")
-    options = doc.get("options") or {}
+        raise ConfigError(f"--matrix {path}: needs \"models\", a list of objects each with a \"model\"", hint=hint)
+    precisions = precisions if isinstance(precisions, list) else [precisions]
+    if not precisions or not all(p is None or isinstance(p, str) for p in precisions):
+        raise ConfigError(f"--matrix {path}: \"precision\" must be a non-empty list of names (fp16, int8...)",
+                          hint=hint)
+    if not isinstance(options, dict):
+        raise ConfigError(f"--matrix {path}: \"options\" must be an object of init flags", hint=hint)
     rows = []
     for model in models:
-        for precision in precisions if isinstance(precisions, list) else [precisions]:
+        for precision in precisions:
             row = {**options, **model, **({"precision": precision} if precision else {})}
             label = f"{model.get('name') or Path(str(model['model'])).stem}/{row.get('precision', 'default')}"
             rows.append((label, _flags(row, Path(str(doc.get("base") or path.parent)))))
@@ -108,18 +116,26 @@ def _one(label: str, settings: Settings, sync: RemoteSync) -> str:
 
 def run(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm prebuild``: one progress line per row, a summary table; exit status of the first failure."""
-    from trtwarm.lifecycle.tables import render
-
     if not ns.remote:
         raise ConfigError("prebuild needs --remote s3://BUCKET/PREFIX (or TRTWARM_REMOTE)")
     remote = parse(ns.remote, environ)
     rows = matrix_rows(Path(ns.matrix))
-    work = Path(ns.cache_dir) if ns.cache_dir else Path(tempfile.mkdtemp(prefix="trtwarm-prebuild-"))
+    work = Path(tempfile.mkdtemp(prefix="trtwarm-prebuild-"))  # hand-offs, and the cache unless --cache-dir
+    try:
+        return _run_rows(rows, ns, environ, remote, Path(ns.cache_dir) if ns.cache_dir else work / "cache", work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # engines included: GBs a run on a CI runner otherwise
+
+
+def _run_rows(rows: list[tuple[str, list[str]]], ns: argparse.Namespace, environ: Mapping[str, str], remote: Any,
+              cache: Path, work: Path) -> int:
+    from trtwarm.lifecycle.tables import render
+
     results, first_failure = [], 0
     for index, (label, flags) in enumerate(rows, 1):
         start = time.monotonic()
         try:
-            settings = settings_for(flags, environ, cache_dir=str(work / "cache"), remote=ns.remote,
+            settings = settings_for(flags, environ, cache_dir=str(cache), remote=ns.remote,
                                     remote_push="required", handoff_dir=str(work / "handoff" / str(index)))
             sync = RemoteSync(remote, _store(settings), push="required")
             outcome, code = _one(label, settings, sync), 0
