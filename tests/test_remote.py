@@ -235,6 +235,13 @@ def test_wrong_credentials_missing_bucket_unreachable_endpoint_have_their_own_ex
     assert listing.returncode == code, listing.stderr
 
 
+def test_no_credentials_at_all_is_the_credentials_exit_code(s3: SeaweedServer, url: str) -> None:
+    """A refusal with no S3 error code in it (an anonymous request; any HEAD) is still the credentials' exit 11."""
+    env = {k: v for k, v in s3.env().items() if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    run = run_trtwarm("remote", "ls", "--remote", url, env={**env, "AWS_EC2_METADATA_DISABLED": "true"})
+    assert run.returncode == 11 and "credentials" in run.stderr and "Traceback" not in run.stderr, run.stderr
+
+
 def test_plain_http_needs_aws_allow_http(s3: SeaweedServer, url: str, model: Path, tmp_path: Path) -> None:
     env = {**s3.env(), "AWS_ALLOW_HTTP": "false"}
     run = run_trtwarm(*ort_init_args(model, tmp_path / "a", tmp_path / "ha", "--remote", url), env=env)

@@ -24,6 +24,8 @@ KINDS = ("auth", "bucket", "unreachable", "server", "integrity", "trust", "confl
 _UNREACHABLE = re.compile(r"error sending request|connection|dns error|timed? ?out|Timeout|refused|reset by peer",
                           re.IGNORECASE)
 _AUTH_CODES = ("SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied", "ExpiredToken", "InvalidToken")
+#: a 403 with no S3 error code (an anonymous request, any HEAD, whose answer has no body) is a refusal all the same
+_FORBIDDEN = re.compile(r"status code: 403\b|\b403 Forbidden\b")
 
 
 def kind_of(error: RemoteError) -> str:
@@ -96,7 +98,8 @@ class Client:
         text = redact(str(exc), self.remote)
         where = f"{op} {self.remote.url}/{path}"
         name = type(exc).__name__
-        if name in ("PermissionDeniedError", "UnauthenticatedError") or any(c in text for c in _AUTH_CODES):
+        if name in ("PermissionDeniedError", "UnauthenticatedError") or any(c in text for c in _AUTH_CODES) \
+                or _FORBIDDEN.search(text):
             return RemoteAuthError(f"{where}: the object store refused the credentials or the operation: "
                                    f"{_short(text)}")
         if "NoSuchBucket" in text:
