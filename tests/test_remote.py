@@ -362,7 +362,8 @@ def test_remote_gc_never_removes_a_blob_a_ref_points_to(s3: SeaweedServer, url: 
     assert set(objects(s3, url, "blobs/")) == referenced  # every blob a ref names is still there
 
     keys = [k["key"] for k in json.loads(run_trtwarm("remote", "ls", "--json", env=env).stdout)]
-    assert run_trtwarm("remote", "rm", keys[0][:12], "--yes", env=env).returncode == 0
+    removed = run_trtwarm("remote", "rm", keys[0][:12], keys[0], "--yes", "--json", env=env)  # one ref, named twice
+    assert removed.returncode == 0 and json.loads(removed.stdout) == {"refs": [f"refs/{keys[0]}.json"], "done": True}
     shown = json.loads(run_trtwarm("remote", "show", keys[1], env=env).stdout)
     kept_blob = f"blobs/sha256/{shown['manifest']['engine_sha256']}"
     later = run_trtwarm("remote", "gc", "--max-age", "0s", "--blob-grace", "0s", "--yes", "--json", env=env)

@@ -154,3 +154,10 @@ def test_a_malformed_matrix_is_a_usage_error_naming_what_is_wrong(tmp_path: Path
     (tmp_path / "matrix.json").write_text(json.dumps(doc))
     with pytest.raises(ConfigError, match=words):
         matrix_rows(tmp_path / "matrix.json")
+
+
+def test_remote_coverage_without_a_gpu_product_is_a_usage_error(tmp_path: Path) -> None:
+    (tmp_path / "m.json").write_text(json.dumps({"models": [{"model": "a.onnx"}]}))
+    run = run_trtwarm("remote", "coverage", "--matrix", str(tmp_path / "m.json"), "--gpus", " , ", "--remote",
+                      "s3://engines/prod")
+    assert run.returncode == 2 and "names no GPU product" in run.stderr and "hint:" in run.stderr

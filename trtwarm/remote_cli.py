@@ -106,8 +106,10 @@ def _select(repo: Repository, selectors: list[str]) -> list[str]:
             raise ConfigError(f"{sel!r} is not a key or a key prefix of 8+ hex digits", hint="`trtwarm remote ls`")
         found = [k for k in keys if k.startswith(sel.lower())]
         if len(found) != 1:
-            raise ConfigError(f"{sel!r} matches {len(found)} refs", hint="give more of the key (`trtwarm remote ls`)")
-        chosen.append(found[0])
+            raise ConfigError(f"{sel!r} matches {len(found)} refs", hint="give more of the key (`trtwarm remote ls`)"
+                              if found else "`trtwarm remote ls` lists the keys in this repository")
+        if found[0] not in chosen:  # a key given twice (a prefix and the whole key) is one ref
+            chosen.append(found[0])
     return chosen
 
 
@@ -127,8 +129,11 @@ def cmd_rm(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     for key in keys:
         if act:
             repo.delete_ref(key)
-        print(f"{'removed' if act else 'would remove'} {ref_path(key)}")
-    if not act:
+        if not ns.json:
+            print(f"{'removed' if act else 'would remove'} {ref_path(key)}")
+    if ns.json:
+        _out({"refs": [ref_path(k) for k in keys], "done": act})
+    elif not act:
         print("(plan only: pass --yes to remove)")
     return 0
 
@@ -150,6 +155,7 @@ def cmd_gc(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     if act:
         for key, _name, _reason in todo.refs:
             repo.delete_ref(key)
+        todo.blobs = _still_unreferenced(repo, todo.blobs)
         for sha, _size in todo.blobs:
             repo.client.delete(blob_path(sha))
     if ns.json:
@@ -166,14 +172,32 @@ def cmd_gc(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     return 0
 
 
+def _still_unreferenced(repo: Repository, blobs: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """*blobs* less those a ref names now: a push that found one of them still there (its upload long past the grace
+    period) reused it and may have written its ref since the plan was made. What remains is the moment between this
+    read and the deletes."""
+    if not blobs:
+        return blobs
+    named: set[str] = set()
+    for _key, ref, _problem in repo.read_refs():
+        try:
+            named.update(row["sha256"] for row in manifest_files(ref["manifest"]))  # type: ignore[index]
+        except (TypeError, KeyError, ValueError):  # unreadable now: its blobs are unknown, so none goes
+            return []
+    return [(sha, size) for sha, size in blobs if sha not in named]
+
+
 def cmd_coverage(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm remote coverage``: a table of matrix row × GPU product, present or missing, and a percentage."""
     from trtwarm.lifecycle.tables import render
     from trtwarm.prebuild import coverage_rows
     from trtwarm.remote.coverage import cover, percent
 
-    rows = coverage_rows(Path(ns.matrix), environ, ns.tensorrt)
     gpus = [g.strip() for g in ns.gpus.split(",") if g.strip()]
+    if not gpus:  # "100 % of nothing" would pass a CI gate
+        raise ConfigError("--gpus names no GPU product", hint='e.g. --gpus "NVIDIA H100 80GB HBM3,NVIDIA A100-SXM4-'
+                          '80GB" (`nvidia-smi --query-gpu=name --format=csv` on a node), or cpu')
+    rows = coverage_rows(Path(ns.matrix), environ, ns.tensorrt)
     refs = [(k, r) for k, r, _p in _repo(ns, environ).read_refs() if r is not None]
     cells = cover(rows, gpus, refs)
     if ns.json:
