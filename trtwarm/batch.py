@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import sys
 import logging
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping

@@ -22,7 +22,6 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +36,10 @@ from trtwarm.publish import build_and_publish
 from trtwarm.trust import keys
 from trtwarm.volume import leases
 from trtwarm.volume.layout import Layout, volume_error
-from trtwarm.volume.lock import BuildLock, describe_owner
+from trtwarm.volume.lock import BuildLock
 from trtwarm.volume.stamps import on_volume
 from trtwarm.volume.store import EngineStore, Entry
+from trtwarm.waiting import on_wait as _on_wait, wait_reason as _wait_reason
 
 log = logging.getLogger("trtwarm.warm")
 
@@ -70,28 +70,6 @@ def _unchanged_damage(plan: Plan) -> bool:
         return False
     path, ident, _reason = plan.stuck
     return plan.store.find(plan.key, plan.name) == path and _dir_id(path) == ident
-
-
-def wait_message(name: str, owner: dict[str, Any] | None, gpu_lock: str | None = None) -> str:
-    """What a blocked init says: whose build of *name* it waits for, or, on the GPU's lock, which other engine."""
-    if gpu_lock is None:
-        return f"waiting for {name}: being built by {describe_owner(owner)}"
-    other = (owner or {}).get("label") or "another engine"
-    return f"waiting for the GPU ({gpu_lock}) to build {name}: {other} is being built on it by {describe_owner(owner)}"
-
-
-def _on_wait(plan: Plan, gpu_lock: str | None = None) -> Callable[[float, dict[str, Any] | None], None]:
-    """Progress lines, and one Event, while blocked on the key's lock or on the GPU's (builds on one GPU are
-    serialized: parallel builds skew TensorRT's tactic timing)."""
-    said = []
-
-    def report(elapsed: float, owner: dict[str, Any] | None) -> None:
-        log.info("%s (%.0f s waited)", wait_message(plan.label, owner, gpu_lock), elapsed)
-        if not said:
-            said.append(True)
-            plan.emit("WaitingForEngineBuild", wait_message(plan.name, owner, gpu_lock))
-
-    return report
 
 
 def _single_flight(plan: Plan) -> tuple[Entry | None, str]:
@@ -152,18 +130,6 @@ def _build_locked(plan: Plan, mode: str) -> bool:
                     on_wait=_on_wait(plan, gpu_lock), progress=s.progress_interval, label=plan.name)
           if gpu_lock else contextlib.nullcontext()):
         return build_and_publish(plan)
-
-
-def _wait_reason(plan: Plan) -> tuple[str, str, str]:
-    """Why this Pod waits instead of building: (log prefix, what it waits for, what to do when it waited too long)."""
-    if plan.settings.read_only:
-        return ("--read-only", "another builder to publish",
-                "build it elsewhere first (a Pod without --read-only, or CI), or raise --lock-timeout")
-    return ("trust policy enforce, no --signing-key",
-            "a builder with a trusted signing key to publish a signed entry of",
-            "this Pod would refuse what it built itself, so it only waits: run a builder with a signing key the "
-            "policy trusts (e.g. the prebuild Job, deploy/README.md), give this Pod --signing-key "
-            "(TRTWARM_SIGNING_KEY), or raise --lock-timeout")
 
 
 def _wait_read_only(plan: Plan) -> tuple[Entry | None, str]:
@@ -315,4 +281,4 @@ def _remote(settings: Settings, events: EventRecorder | None) -> Any:
 # --- end of the remote repository hook ---
 
 
-__all__ = ["wait_message", "warm"]
+__all__ = ["warm"]
