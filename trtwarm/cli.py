@@ -17,19 +17,10 @@ from typing import Any, NoReturn
 from trtwarm import __version__
 from trtwarm import log as logsetup
 from trtwarm.config import DEFAULT_CACHE_DIR, DEFAULT_HANDOFF_DIR, Settings, env_defaults
-from trtwarm.errors import (
-    BuildError,
-    ConfigError,
-    Interrupted,
-    OutputError,
-    TrtwarmError,
-    exit_code_for,
-    is_volume_errno,
-    volume_error,
-)
+from trtwarm.errors import BuildError, ConfigError, OutputError, exit_code_for
 from trtwarm.flags import add_init_flags, add_run_flags
 from trtwarm.helptext import annotate_env, exit_codes_epilog, unknown_command
-from trtwarm.output import guarded, report_failure
+from trtwarm.output import as_error, guarded, report_failure
 
 log = logging.getLogger("trtwarm")
 LIFECYCLE = ("ls", "show", "stats", "verify", "gc", "rm")
@@ -238,45 +229,31 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
         stop_on_signals()
     try:
-        if args and not args[0].startswith("-") and args[0] not in COMMANDS:
-            raise unknown_command(args[0], COMMANDS)
-        parser = _parser(command)  # None (unknown): every command, for the error message
-        _apply_env(parser, environ)
-        ns, extra = parser.parse_known_args(args)
-        if extra:  # argparse's own message names only `trtwarm`, whose --help does not list a command's flags
-            nested = getattr(ns, "remote_command", None) if command == "remote" else None
-            where = " ".join(w for w in ("trtwarm", command, nested) if w)
-            raise ConfigError(f"{where}: unrecognized arguments: {' '.join(extra)}",
-                              hint=f"`{where} --help` lists the flags")
+        ns = _parse(args, command, environ)
         logsetup.setup(getattr(ns, "log_format", "text"))
         with guarded():
             return int(ns.func(ns, environ))
-    except OutputError as exc:
-        if exc.closed_pipe:  # `trtwarm ls | head`: the reader has what it wanted, unless the output is the result
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            if command not in REPORTING:
-                return 0
-            exc = OutputError("the output was cut short (the reader closed the pipe): the result was not reported "
-                              "in full", hint="let the command write its whole output (e.g. to a file, then read "
-                              "that), or use --json and a reader that reads to the end")
-        report_failure(ns, exc, environ, command)
-        return exit_code_for(exc)
-    except TrtwarmError as exc:
-        report_failure(ns, exc, environ, command)
-        return exit_code_for(exc)
-    except KeyboardInterrupt:  # SIGINT outside init (init turns it into Interrupted itself)
-        report_failure(ns, Interrupted("interrupted (SIGINT)"), environ, command)
-        return exit_code_for(Interrupted(""))
-    except Exception as exc:  # the last resort: one line, the traceback only at debug level
-        if is_volume_errno(exc):  # a volume fault no layer translated: still exit 6 with its hint, never exit 1
-            error = volume_error(exc, "use")
-            log.debug("untranslated volume error", exc_info=True)
-        else:
-            error = TrtwarmError(f"unexpected error: {type(exc).__name__}: {exc}", hint="this is a bug in trtwarm: "
-                                 "please report it with the log above")
-            log.debug("traceback", exc_info=True)
+    except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 (the one place a failure becomes its exit code)
+        error = as_error(exc, reporting=command in REPORTING)
+        if error is None:
+            return 0
         report_failure(ns, error, environ, command)
         return exit_code_for(error)
+
+
+def _parse(args: list[str], command: str | None, environ: Mapping[str, str]) -> argparse.Namespace:
+    """The command line, with the environment's defaults. :raises ConfigError: unknown command or flag"""
+    if args and not args[0].startswith("-") and args[0] not in COMMANDS:
+        raise unknown_command(args[0], COMMANDS)
+    parser = _parser(command)  # None (unknown): every command, for the error message
+    _apply_env(parser, environ)
+    ns, extra = parser.parse_known_args(args)
+    if extra:  # argparse's own message names only `trtwarm`, whose --help does not list a command's flags
+        nested = getattr(ns, "remote_command", None) if command == "remote" else None
+        where = " ".join(w for w in ("trtwarm", command, nested) if w)
+        raise ConfigError(f"{where}: unrecognized arguments: {' '.join(extra)}", hint=f"`{where} --help` lists the "
+                          "flags")
+    return ns
 
 
 #: commands whose output is their result: a reader closing the pipe early makes them fail (exit 14), not succeed

@@ -14,13 +14,24 @@ import contextlib
 import errno
 import json
 import logging
+import os
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from trtwarm.config import termination_log_path
-from trtwarm.errors import BuildError, ConfigError, OutputError, TrtwarmError, exit_code_for, hint_for
+from trtwarm.errors import (
+    BuildError,
+    ConfigError,
+    Interrupted,
+    OutputError,
+    TrtwarmError,
+    exit_code_for,
+    hint_for,
+    is_volume_errno,
+    volume_error,
+)
 
 log = logging.getLogger("trtwarm")
 
@@ -95,4 +106,27 @@ def report_failure(ns: argparse.Namespace | None, exc: TrtwarmError, environ: Ma
         pass
 
 
-__all__ = ["guarded", "report_failure"]
+def as_error(exc: BaseException, reporting: bool) -> TrtwarmError | None:
+    """The typed error *exc* is reported as (its exit code, its hint); None: a closed pipe whose reader had what it
+    wanted (``trtwarm ls | head``), which is success unless the output is the command's result (*reporting*:
+    ``verify``, ``gc``...)."""
+    if isinstance(exc, OutputError) and exc.closed_pipe:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        if not reporting:
+            return None
+        return OutputError("the output was cut short (the reader closed the pipe): the result was not reported in "
+                           "full", hint="let the command write its whole output (e.g. to a file, then read that), "
+                           "or use --json and a reader that reads to the end")
+    if isinstance(exc, TrtwarmError):
+        return exc
+    if isinstance(exc, KeyboardInterrupt):  # SIGINT outside init (init turns it into Interrupted itself)
+        return Interrupted("interrupted (SIGINT)")
+    if is_volume_errno(exc):  # a volume fault no layer translated: still exit 6 with its hint, never exit 1
+        log.debug("untranslated volume error", exc_info=exc)
+        return volume_error(exc, "use")
+    log.debug("traceback", exc_info=exc)  # the last resort: one line, the traceback only at debug level
+    return TrtwarmError(f"unexpected error: {type(exc).__name__}: {exc}", hint="this is a bug in trtwarm: please "
+                        "report it with the log above")
+
+
+__all__ = ["as_error", "guarded", "report_failure"]
