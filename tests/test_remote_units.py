@@ -161,3 +161,12 @@ def test_remote_coverage_without_a_gpu_product_is_a_usage_error(tmp_path: Path) 
     run = run_trtwarm("remote", "coverage", "--matrix", str(tmp_path / "m.json"), "--gpus", " , ", "--remote",
                       "s3://engines/prod")
     assert run.returncode == 2 and "names no GPU product" in run.stderr and "hint:" in run.stderr
+
+
+def test_remote_coverage_of_tensorrt_rows_without_tensorrt_asks_for_its_version(tmp_path: Path, model: Path) -> None:
+    """No TensorRT here: the answer is --tensorrt (coverage needs only the version), not "install TensorRT"."""
+    (tmp_path / "m.json").write_text(json.dumps({"models": [{"model": str(model)}], "precision": ["fp16"],
+                                                 "options": {"builder": "tensorrt"}}))
+    run = run_trtwarm("remote", "coverage", "--matrix", str(tmp_path / "m.json"), "--gpus", "NVIDIA H100 80GB HBM3",
+                      "--remote", "s3://engines/prod")
+    assert run.returncode == 2 and "hint: pass --tensorrt" in run.stderr, run.stderr

@@ -170,7 +170,14 @@ def coverage_rows(path: Path, environ: Mapping[str, str], tensorrt: str | None) 
     out = []
     for label, flags in matrix_rows(path):
         settings = settings_for(flags, environ, **({"tensorrt_version": tensorrt} if tensorrt else {}))
-        builder = get_builder(settings)
+        try:
+            builder = get_builder(settings)
+        except ConfigError:
+            if settings.builder != "tensorrt" or tensorrt:
+                raise
+            raise ConfigError(f"matrix row {label} builds with TensorRT, which is not installed here",
+                              hint="pass --tensorrt with the servers' exact TensorRT version (e.g. 10.16.1.11+cu12): "
+                              "coverage computes the keys without TensorRT") from None
         facts, _memo = inspect_model(settings.model, None)
         out.append((label, {"schema": SCHEMA, "model": model_fields(facts), "builder": builder.identity(),
                             "build": builder.build_fields(facts)}))
