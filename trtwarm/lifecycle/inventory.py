@@ -197,13 +197,13 @@ class _Context:
     full_keys: dict[str, str]  # key16 -> key, from the names under .uses/ and .leases/ (no manifest read)
 
 
-def _quarantined(item: os.DirEntry[str]) -> EntryInfo:
+def _quarantined(item: os.DirEntry[str], manifests: bool) -> EntryInfo:
     stamp = _STAMP.search(item.name)
     when = timegm(time.strptime(stamp[1], "%Y%m%dT%H%M%SZ")) if stamp else item.stat(follow_symlinks=False).st_mtime
     reason = item.name[stamp.end():].rsplit(".", 1)[0] if stamp else None
     info = EntryInfo(item.name, item.path, "quarantined", dir_bytes(item.path), problem=reason, last_used=float(when))
-    # its labels as its manifest gives them (like the other rows), when that can still be read
-    info.manifest = read_json_object(Path(item.path) / "manifest.json", MANIFEST_LIMIT) or {}
+    if manifests:  # its labels as its manifest gives them (like the other rows), when that can still be read
+        info.manifest = read_json_object(Path(item.path) / "manifest.json", MANIFEST_LIMIT) or {}
     return info
 
 
@@ -242,7 +242,7 @@ def scan(layout: Layout, now: float | None = None, *, manifests: bool = True,
     ctx = _Context(manifests or index is not None, index, uses, fresh, building, full)
     with collector_paused():
         entries = [_entry(item, ctx) for item in _subdirs(layout.entries, only_dirs=False)]
-    quarantined = [_quarantined(item) for item in _subdirs(layout.quarantine)]
+    quarantined = [_quarantined(item, ctx.manifests) for item in _subdirs(layout.quarantine)]
     staging = [(Path(item.path), staging_stale(Path(item.path), now, STALE_STAGING_SECONDS))
                for item in _subdirs(layout.staging)]
     return Inventory(layout, now, entries, quarantined, staging, owners, all_leases, index)
