@@ -334,7 +334,10 @@ def test_prebuild_exit_status_says_what_failed(s3: SeaweedServer, url: str, mode
     run = run_trtwarm("prebuild", "--matrix", str(matrix), "--remote", url, env=s3.env())
     assert run.returncode == 3, run.stderr
     assert "2 rows: 2 ok" not in run.stdout and "3 rows: 2 ok, 1 failed" in run.stdout
-    assert "FAILED (3)" in run.stdout
+    assert "FAILED (3)" in run.stdout and "ERROR" in run.stderr and "hint: " in run.stderr  # the row's own hint
+    wrong = run_trtwarm("prebuild", "--matrix", str(matrix), "--remote", url,
+                        env={**s3.env(), "AWS_SECRET_ACCESS_KEY": "not-the-secret-4242"})
+    assert wrong.returncode == 11 and "rows" not in wrong.stdout, wrong.stderr  # said once, before any row
 
 
 def test_remote_gc_never_removes_a_blob_a_ref_points_to(s3: SeaweedServer, url: str, model: Path,

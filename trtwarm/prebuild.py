@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from trtwarm.config import Settings, env_defaults
-from trtwarm.errors import ConfigError, TrtwarmError, exit_code_for
+from trtwarm.errors import ConfigError, TrtwarmError, exit_code_for, hint_for
+from trtwarm.remote.client import Client
+from trtwarm.remote.repo import Repository
 from trtwarm.remote.sync import RemoteSync
 from trtwarm.remote.url import parse
 
@@ -120,6 +122,9 @@ def run(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
         raise ConfigError("prebuild needs --remote s3://BUCKET/PREFIX (or TRTWARM_REMOTE)")
     remote = parse(ns.remote, environ)
     rows = matrix_rows(Path(ns.matrix))
+    # the repository once, first: wrong credentials, a missing bucket or a dead endpoint fail the run with their
+    # own exit code and hint, instead of each row retrying and failing alike
+    next(iter(Repository(Client(remote)).keys()), None)
     work = Path(tempfile.mkdtemp(prefix="trtwarm-prebuild-"))  # hand-offs, and the cache unless --cache-dir
     try:
         return _run_rows(rows, ns, environ, remote, Path(ns.cache_dir) if ns.cache_dir else work / "cache", work)
@@ -143,8 +148,12 @@ def _run_rows(rows: list[tuple[str, list[str]]], ns: argparse.Namespace, environ
             code = exit_code_for(exc)
             outcome = f"FAILED ({code}): {exc.message}"
             first_failure = first_failure or code
+            log.error("[%d/%d] %s: %s", index, len(rows), label, outcome)
+            if hint_for(exc):
+                log.error("hint: %s", hint_for(exc))
         seconds = time.monotonic() - start
-        log.info("[%d/%d] %s: %s (%.1f s)", index, len(rows), label, outcome, seconds)
+        if not outcome.startswith("FAILED"):
+            log.info("[%d/%d] %s: %s (%.1f s)", index, len(rows), label, outcome, seconds)
         results.append([label, outcome, f"{seconds:.1f}"])
     print(render(["ROW", "RESULT", "SECONDS"], results, right=("SECONDS",)))
     failed = sum(r[1].startswith("FAILED") for r in results)
