@@ -112,7 +112,8 @@ class Sidecar:
         self.registry, self.collector = registry(settings.handoff_dir, self.volume, self.readiness)
         self.stopping = threading.Event()
         self.lease: Path | None = None
-        self._announced = False  # the first successful round logs what it holds, once
+        self._announced = False  # after the first round, leases are refreshed at --lease-interval
+        self._lease_state: str | None = None  # "held", "full" or "read-only": logged when it changes
         self._lease_lock = threading.Lock()
         routes = {"/metrics": self._metrics, "/healthz": lambda _a: (200, "text/plain", b"ok\n"),
                   "/readyz": self._readyz}
@@ -142,12 +143,13 @@ class Sidecar:
                     with self._lease_lock:  # never after the release in run(), whatever the timing
                         if self.stopping.is_set():
                             return
-                        first, self._announced = not self._announced, True
+                        self._announced = True
                         taken = leaselib.take(self.layout, report["key"], report["name"], self.identity)
                         self.lease = taken if isinstance(taken, Path) else None
-                    if first and isinstance(taken, str):
+                    previous, self._lease_state = self._lease_state, taken if isinstance(taken, str) else "held"
+                    if self._lease_state != previous and isinstance(taken, str):  # said once, and on each change
                         log.warning("engine %s is ready; %s", report["name"], leaselib.not_taken(taken, report["name"]))
-                    elif first:
+                    elif self._lease_state != previous:
                         log.info("engine %s is ready; holding its in-use lease %s", report["name"], self.lease)
                     EngineStore(self.layout).touch_use(report["key"])
                 except OSError as exc:  # keep serving; the next round tries again
