@@ -410,6 +410,20 @@ def test_signed_engines_travel_with_their_signature_and_the_trust_policy_guards_
     assert handoff_doc(tmp_path / "he")["remote"]["errors"]["trust"] == 1
 
 
+def _one_key_other_bytes(s3: SeaweedServer, url: str, model: Path, tmp_path: Path) -> tuple[Any, Path]:
+    """``init(cache, *flags)`` with one build command (so one key) whose engine has other bytes while the returned
+    file exists: two pushers of one key, with different engines."""
+    extra = tmp_path / "extra"
+    command = f"sh -c 'cp {{model}} {{output}}; cat {extra} >> {{output}} 2>/dev/null; true'"
+
+    def init(cache: str, *flags: str) -> Any:
+        args = cmd_init_args(model, tmp_path / cache, tmp_path / f"h{cache}", "--remote", url, *flags)
+        args[args.index("--build-command") + 1] = command
+        return run_trtwarm(*args, env=s3.env())
+
+    return init, extra
+
+
 def test_a_required_push_never_adopts_a_winning_ref_the_trust_policy_refuses(
         s3: SeaweedServer, url: str, model: Path, tmp_path: Path) -> None:
     """``--remote-push required`` publishes the ref's engine when another pusher won the race, but never one the
@@ -418,13 +432,7 @@ def test_a_required_push_never_adopts_a_winning_ref_the_trust_policy_refuses(
 
     private, public = keypair(tmp_path, "ci")
     enforce = str(policy(tmp_path, "enforce", public, models=["mlp*"]))
-    extra = tmp_path / "extra"  # the same build command (so the same key) makes other bytes while it exists
-    command = f"sh -c 'cp {{model}} {{output}}; cat {extra} >> {{output}} 2>/dev/null; true'"
-
-    def init(cache: str, *flags: str) -> Any:
-        args = cmd_init_args(model, tmp_path / cache, tmp_path / f"h{cache}", "--remote", url, *flags)
-        args[args.index("--build-command") + 1] = command
-        return run_trtwarm(*args, env=s3.env())
+    init, extra = _one_key_other_bytes(s3, url, model, tmp_path)
 
     extra.write_text("rogue")
     assert init("r").returncode == 0  # an unsigned ref with other engine bytes, pushed first
@@ -445,13 +453,7 @@ def test_a_required_push_never_adopts_a_ref_whose_blob_it_found_corrupt(
     publishes its own build, instead of fetching the damaged blob again and failing (every builder would)."""
     import obstore
 
-    extra = tmp_path / "extra"  # the same build command (so the same key) makes other bytes while it exists
-    command = f"sh -c 'cp {{model}} {{output}}; cat {extra} >> {{output}} 2>/dev/null; true'"
-
-    def init(cache: str, *flags: str) -> Any:
-        args = cmd_init_args(model, tmp_path / cache, tmp_path / f"h{cache}", "--remote", url, *flags)
-        args[args.index("--build-command") + 1] = command
-        return run_trtwarm(*args, env=s3.env())
+    init, extra = _one_key_other_bytes(s3, url, model, tmp_path)
 
     extra.write_text("first")
     assert init("a").returncode == 0
