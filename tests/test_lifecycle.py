@@ -270,3 +270,24 @@ def test_keep_per_model_keeps_n_of_each_configuration_not_of_each_model_name(mod
     run = run_trtwarm("gc", "--cache-dir", str(cache), "--keep-per-model", "1", "--yes", "--json")
     assert run.returncode == 0, run.stderr
     assert names(cache) == {built["fp16-new"]["name"], built["int8"]["name"]}
+
+
+def test_gc_keeps_the_staging_directory_of_a_key_whose_build_is_alive(model: Path, cache: Path,
+                                                                     tmp_path: Path) -> None:
+    """A staging directory whose pid this host cannot see (a Pod sharing the hostname, in its own PID namespace)
+    is not taken for dead while its key's build lock has a live owner; once the build is over it is."""
+    proc, gate = gated_build(model, cache, tmp_path)
+    staging = cache / ".staging"
+    wait_until(lambda: staging.is_dir() and any(staging.iterdir()), timeout=60, what="the build started")
+    [live] = list(staging.iterdir())
+    unseen = staging / f"{live.name.split('.')[0]}.{live.name.split('.')[1]}.999999999.beef"
+    unseen.mkdir()  # the same key's build directory of a pid this host cannot see
+    run = run_trtwarm("gc", "--cache-dir", str(cache), "--yes")
+    assert run.returncode == 0 and unseen.is_dir() and live.is_dir(), run.stdout + run.stderr
+    gate.unlink()
+    assert proc.wait(60) == 0, proc.stderr.read()  # type: ignore[union-attr]
+    wait_until(lambda: not run_trtwarm("ls", "--cache-dir", str(cache), "--json").stdout.count('"building"'),
+               timeout=30, what="the build's owner record gone")
+    if unseen.is_dir():  # the builder's own sweep after its publish may have removed it already
+        assert run_trtwarm("gc", "--cache-dir", str(cache), "--yes").returncode == 0
+    assert not unseen.exists()

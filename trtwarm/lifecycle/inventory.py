@@ -243,8 +243,11 @@ def scan(layout: Layout, now: float | None = None, *, manifests: bool = True,
     with collector_paused():
         entries = [_entry(item, ctx) for item in _subdirs(layout.entries, only_dirs=False)]
     quarantined = [_quarantined(item, ctx.manifests) for item in _subdirs(layout.quarantine)]
-    staging = [(Path(item.path), staging_stale(Path(item.path), now, STALE_STAGING_SECONDS))
-               for item in _subdirs(layout.staging)]
+    # a key whose build lock has a live owner (heartbeat) is being built: its staging directory is not a dead
+    # builder's, even where the pid in its name cannot be seen (Pods sharing a hostname, other PID namespaces)
+    live = {lock_id[:16] for lock_id in building}
+    staging = [(Path(item.path), item.name.split(".")[0] not in live
+                and staging_stale(Path(item.path), now, STALE_STAGING_SECONDS)) for item in _subdirs(layout.staging)]
     return Inventory(layout, now, entries, quarantined, staging, owners, all_leases, index)
 
 
