@@ -242,6 +242,17 @@ def test_no_credentials_at_all_is_the_credentials_exit_code(s3: SeaweedServer, u
     assert run.returncode == 11 and "credentials" in run.stderr and "Traceback" not in run.stderr, run.stderr
 
 
+def test_remote_ls_lists_an_unreadable_ref_without_widening_its_table(s3: SeaweedServer, url: str) -> None:
+    import obstore
+
+    key = "ef" * 32
+    obstore.put(bucket(s3, url.removeprefix("s3://engines/")), f"refs/{key}.json", b"not JSON " * 40)
+    run = run_trtwarm("remote", "ls", "--remote", url, env=s3.env())
+    assert run.returncode == 0 and "(unreadable)" in run.stdout and f"unreadable ref {key[:16]}: " in run.stdout
+    table = run.stdout.split("\n\n")[0].splitlines()
+    assert max(len(line) for line in table if "(unreadable)" in line) <= 120, run.stdout
+
+
 def test_plain_http_needs_aws_allow_http(s3: SeaweedServer, url: str, model: Path, tmp_path: Path) -> None:
     env = {**s3.env(), "AWS_ALLOW_HTTP": "false"}
     run = run_trtwarm(*ort_init_args(model, tmp_path / "a", tmp_path / "ha", "--remote", url), env=env)

@@ -91,9 +91,11 @@ def cmd_ls(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     if ns.json:
         _out([{"key": k, "ref": r, "problem": p or None} for k, r, p in refs])
         return 0
-    rows = [_row(k, r) if r else ["(unreadable)", k[:16], p, "", "", "", "", "", ""] for k, r, p in refs]
+    rows = [_row(k, r) if r else ["(unreadable)", k[:16], "-", "", "", "", "", "", ""] for k, r, p in refs]
     print(render(["NAME", "KEY", "BUILDER", "DEVICE", "PRECISION", "SIZE", "CREATED", "BUILT BY", "SIGNED"],
                  sorted(rows), right=("SIZE",)))
+    for key, _ref, problem in (r for r in refs if r[1] is None):  # below the table: a long reason must not widen it
+        print(f"unreadable ref {key[:16]}: {problem}")
     print(f"\n{len(refs)} refs in {ns.remote}")
     return 0
 
