@@ -378,7 +378,10 @@ def test_remote_gc_never_removes_a_blob_a_ref_points_to(s3: SeaweedServer, url: 
     keys = [k["key"] for k in json.loads(run_trtwarm("remote", "ls", "--json", env=env).stdout)]
     removed = run_trtwarm("remote", "rm", keys[0][:12], keys[0], "--yes", "--json", env=env)  # one ref, named twice
     assert removed.returncode == 0 and json.loads(removed.stdout) == {"refs": [f"refs/{keys[0]}.json"], "done": True}
-    shown = json.loads(run_trtwarm("remote", "show", keys[1], env=env).stdout)
+    listed = json.loads(run_trtwarm("remote", "ls", "--json", env=env).stdout)
+    name = next(r["ref"]["manifest"]["name"] for r in listed if r["key"] == keys[1]).rsplit("--", 1)[0]
+    shown = json.loads(run_trtwarm("remote", "show", name, env=env).stdout)  # by the NAME `remote ls` shows
+    assert shown["manifest"]["key"] == keys[1]
     kept_blob = f"blobs/sha256/{shown['manifest']['engine_sha256']}"
     later = run_trtwarm("remote", "gc", "--max-age", "0s", "--blob-grace", "0s", "--yes", "--json", env=env)
     assert len(json.loads(later.stdout)["refs"]) == 1  # the last ref goes by age ...

@@ -34,7 +34,8 @@ def add_parsers(sub: Any) -> None:
         p.add_argument("--log-format", default="text", choices=["text", "json"])
         p.set_defaults(func=func)
         if name in ("show", "rm"):
-            p.add_argument("keys", nargs="+", metavar="KEY", help="a key or a prefix of 8+ hex digits")
+            p.add_argument("keys", nargs="+", metavar="KEY", help="a key, a prefix of 8+ hex digits, or a NAME "
+                           "as `remote ls` shows it")
         if name in ("rm", "gc"):
             p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
             p.add_argument("--yes", action="store_true", help="do it")
@@ -101,18 +102,31 @@ def cmd_ls(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 
 def _select(repo: Repository, selectors: list[str]) -> list[str]:
+    """The keys *selectors* name: a key, a prefix of 8+ hex digits, or an entry name as ``remote ls`` shows it."""
     keys = [k for k, _meta in repo.keys()]
+    names: dict[str, list[str]] | None = None
     chosen = []
     for sel in selectors:
-        if len(sel) < 8 or any(c not in "0123456789abcdef" for c in sel.lower()):
-            raise ConfigError(f"{sel!r} is not a key or a key prefix of 8+ hex digits", hint="`trtwarm remote ls`")
-        found = [k for k in keys if k.startswith(sel.lower())]
+        if len(sel) >= 8 and all(c in "0123456789abcdef" for c in sel.lower()):
+            found = [k for k in keys if k.startswith(sel.lower())]
+        else:  # a name: read the refs once (their manifests hold the names)
+            names = names if names is not None else _names(repo)
+            found = names.get(sel.rsplit("--", 1)[0] if "--" in sel else sel, [])
         if len(found) != 1:
             raise ConfigError(f"{sel!r} matches {len(found)} refs", hint="give more of the key (`trtwarm remote ls`)"
                               if found else "`trtwarm remote ls` lists the keys in this repository")
         if found[0] not in chosen:  # a key given twice (a prefix and the whole key) is one ref
             chosen.append(found[0])
     return chosen
+
+
+def _names(repo: Repository) -> dict[str, list[str]]:
+    """Keys by entry name without its ``--<key16>`` (what ``remote ls`` shows as NAME)."""
+    out: dict[str, list[str]] = {}
+    for key, ref, _problem in repo.read_refs():
+        if ref is not None:
+            out.setdefault(str(ref["manifest"].get("name", "")).rsplit("--", 1)[0], []).append(key)
+    return out
 
 
 def cmd_show(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
