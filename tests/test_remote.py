@@ -333,6 +333,10 @@ def test_prebuild_fills_the_remote_and_coverage_says_which_pods_would_hit(
     assert [line.split()[1:] for line in after.stdout.splitlines()[1:3]] == [["present", "MISSING"]] * 2
     listing = run_trtwarm("remote", "ls", env=env)
     assert listing.stdout.count("onnxruntime 1.") == 2 and "2 refs in" in listing.stdout
+    gone = _matrix(tmp_path, model, [{"model": "gone.onnx"}])  # a model CI has not fetched: its row, not the table
+    partial = run_trtwarm("remote", "coverage", "--matrix", str(gone), "--gpus", "cpu", env=env)
+    assert partial.returncode == 3 and "coverage 67% (2 of 3)" in partial.stdout, partial.stdout + partial.stderr
+    assert "NO MODEL" in partial.stdout and "gone/default: " in partial.stderr
 
     # a Pod on a fresh volume with one of the matrix configurations pulls what CI prebuilt
     pod = run_trtwarm(*ort_init_args(tmp_path / model.name, tmp_path / "pod", tmp_path / "hp", "--remote", url),

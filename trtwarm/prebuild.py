@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from trtwarm.config import Settings, env_defaults
-from trtwarm.errors import ConfigError, TrtwarmError, exit_code_for, hint_for
+from trtwarm.errors import ConfigError, ModelError, TrtwarmError, exit_code_for, hint_for
 from trtwarm.remote.client import Client
 from trtwarm.remote.repo import Repository
 from trtwarm.remote.sync import RemoteSync
@@ -170,8 +170,10 @@ def _store(settings: Settings) -> Any:
     return EngineStore(layout)
 
 
-def coverage_rows(path: Path, environ: Mapping[str, str], tensorrt: str | None) -> list[tuple[str, dict[str, Any]]]:
-    """``(label, key document without its device)`` per matrix row, computed without a GPU (TensorRT declared)."""
+def coverage_rows(path: Path, environ: Mapping[str, str],
+                  tensorrt: str | None) -> list[tuple[str, dict[str, Any] | ModelError]]:
+    """``(label, key document without its device)`` per matrix row, computed without a GPU (TensorRT declared); a
+    row whose model cannot be read carries its :class:`ModelError` instead, and the others are still computed."""
     from trtwarm.builders.base import get_builder
     from trtwarm.key import SCHEMA, model_fields
     from trtwarm.volume.statcache import inspect_model
@@ -187,7 +189,11 @@ def coverage_rows(path: Path, environ: Mapping[str, str], tensorrt: str | None) 
             raise ConfigError(f"matrix row {label} builds with TensorRT, which is not installed here",
                               hint="pass --tensorrt with the servers' exact TensorRT version (e.g. 10.16.1.11+cu12): "
                               "coverage computes the keys without TensorRT") from None
-        facts, _memo = inspect_model(settings.model, None)
+        try:
+            facts, _memo = inspect_model(settings.model, None)
+        except ModelError as exc:
+            out.append((label, exc))
+            continue
         out.append((label, {"schema": SCHEMA, "model": model_fields(facts), "builder": builder.identity(),
                             "build": builder.build_fields(facts)}))
     return out

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trtwarm.errors import ConfigError
+from trtwarm.errors import ConfigError, TrtwarmError, exit_code_for
 from trtwarm.remote.client import Client
 from trtwarm.remote.repo import Repository, blob_path, manifest_files, ref_path
 from trtwarm.remote.url import parse
+
+log = logging.getLogger("trtwarm.remote")
 
 
 def add_parsers(sub: Any) -> None:
@@ -216,14 +219,19 @@ def cmd_coverage(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     rows = coverage_rows(Path(ns.matrix), environ, ns.tensorrt)
     refs = [(k, r) for k, r, _p in _repo(ns, environ).read_refs() if r is not None]
     cells = cover(rows, gpus, refs)
+    failed = {label: err for label, err in rows if isinstance(err, TrtwarmError)}
     if ns.json:
         _out({"percent": round(percent(cells), 1), "cells": [{"row": c.row, "gpu": c.gpu, "key": c.key}
-                                                             for c in cells]})
-        return 0
-    table = [[label, *("present" if c.key else "MISSING" for c in cells if c.row == label)] for label, _ in rows]
-    print(render(["MODEL/PRECISION", *gpus], table))
-    print(f"\ncoverage {percent(cells):.0f}% ({sum(c.key is not None for c in cells)} of {len(cells)})")
-    return 0
+                                                             for c in cells],
+              "unreadable": {label: err.message for label, err in failed.items()}})
+    else:
+        table = [[label, *("NO MODEL" if label in failed else "present" if c.key else "MISSING"
+                           for c in cells if c.row == label)] for label, _ in rows]
+        print(render(["MODEL/PRECISION", *gpus], table))
+        print(f"\ncoverage {percent(cells):.0f}% ({sum(c.key is not None for c in cells)} of {len(cells)})")
+    for label, err in failed.items():  # every other row was still answered; the run fails, naming these
+        log.error("%s: %s", label, err.message)
+    return exit_code_for(next(iter(failed.values()))) if failed else 0
 
 
 def cmd_prebuild(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:

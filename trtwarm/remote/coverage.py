@@ -38,12 +38,16 @@ def _same_builder(have: dict[str, Any], want: dict[str, Any]) -> bool:
     return have == want
 
 
-def cover(rows: Sequence[tuple[str, dict[str, Any]]], gpus: Sequence[str],
+def cover(rows: Sequence[tuple[str, Any]], gpus: Sequence[str],
           refs: Iterable[tuple[str, dict[str, Any]]]) -> list[Cell]:
-    """*rows*: ``(label, key document minus device)``; *refs*: ``(key, ref)``. One :class:`Cell` per row × GPU."""
+    """*rows*: ``(label, key document minus device, or the error that kept it from being computed)``; *refs*:
+    ``(key, ref)``. One :class:`Cell` per row × GPU."""
     docs = [(key, ref["manifest"].get("key_document") or {}) for key, ref in refs]
     cells = []
     for label, want in rows:
+        if not isinstance(want, dict):  # its model could not be read: no key, so nothing can match
+            cells.extend(Cell(label, gpu, None) for gpu in gpus)
+            continue
         candidates = [(k, d) for k, d in docs if all(d.get(s) == want.get(s) for s in ("schema", "model", "build"))
                       and _same_builder(d.get("builder") or {}, want.get("builder") or {})]
         for gpu in gpus:
