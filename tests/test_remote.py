@@ -253,6 +253,13 @@ def test_remote_ls_lists_an_unreadable_ref_without_widening_its_table(s3: Seawee
     assert max(len(line) for line in table if "(unreadable)" in line) <= 120, run.stdout
 
 
+def test_an_https_endpoint_that_speaks_plain_http_is_named_as_such(s3: SeaweedServer, url: str) -> None:
+    env = {**s3.env(), "TRTWARM_REMOTE_RETRIES": "1"}
+    env["AWS_ENDPOINT_URL"] = env["AWS_ENDPOINT_URL"].replace("http://", "https://")
+    run = run_trtwarm("remote", "ls", "--remote", url, env=env)
+    assert run.returncode == 13 and "did not answer in TLS" in run.stderr and "use http://" in run.stderr, run.stderr
+
+
 def test_plain_http_needs_aws_allow_http(s3: SeaweedServer, url: str, model: Path, tmp_path: Path) -> None:
     env = {**s3.env(), "AWS_ALLOW_HTTP": "false"}
     run = run_trtwarm(*ort_init_args(model, tmp_path / "a", tmp_path / "ha", "--remote", url), env=env)

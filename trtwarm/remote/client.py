@@ -48,8 +48,8 @@ def _short(text: str) -> str:
 
 
 #: what object_store puts before the reason: the store, the request and its retry counters (said elsewhere)
-_BOILERPLATE = re.compile(r"^(Generic \w+ error: )+|Error performing \w+ \S+ in [^,]+, after \d+ retries, "
-                          r"max_retries: \d+, retry_timeout: \S+\s+-\s*")
+_BOILERPLATE = re.compile(r"^(Generic \w+ error: )+|Error performing (?:.*?retry_timeout: \S+\s+-\s*|[^\n]*? - "
+                          r"|[^\n:]*?: )")
 
 
 class Client:
@@ -105,6 +105,10 @@ class Client:
         if "NoSuchBucket" in text:
             return RemoteBucketError(f"bucket {self.remote.bucket!r} does not exist at "
                                      f"{self.remote.endpoint or 'the AWS endpoint'}")
+        if "InvalidContentType" in text:  # TLS spoken to a server that answered in plain HTTP
+            return RemoteUnreachable(f"{where}: {self.remote.endpoint} did not answer in TLS: is it a plain-http "
+                                     "endpoint?", hint="use http:// in AWS_ENDPOINT_URL (with AWS_ALLOW_HTTP=true) "
+                                     "for a plain-http server such as an in-cluster MinIO, or check the port")
         if name == "GenericError" and _UNREACHABLE.search(text) and "status code" not in text:
             return RemoteUnreachable(f"{where}: {self.remote.endpoint or 'the endpoint'} did not answer after "
                                      f"{self.remote.retries} retries ({_short(text)})")
