@@ -69,7 +69,8 @@ def trust_row(r: dict) -> str:
     """The signature-check rows (``--only trust`` replaces just these rows in README.md)."""
     if "first_s" not in r:  # a table from before the first-check row
         return _row("hit with signature check (Ed25519, `--trust-mode enforce`), 10 MiB engine, `--verify digest`",
-                    _ms(r["enforce_s"]), f"same hit, trust off: {_ms(r['off_s'])}", r["ratio"], "≤ 5 ms added", r["ok"])
+                    _ms(r["enforce_s"]), f"same hit, trust off: {_ms(r['off_s'])}", r["ratio"], "≤ 5 ms added",
+                    r["ok"])
     first = _row("hit with signature check (Ed25519, `--trust-mode enforce`), 10 MiB engine, `--verify digest`, "
                  "the first check on this node (a new stamp directory)",
                  f"{_ms(r['first_s'])}; in process, the check after hashing: {r['check_s'] * 1000:.1f} ms wall, "

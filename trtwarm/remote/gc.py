@@ -1,10 +1,11 @@
 """Retention for the remote repository: which refs go (by age, keep-per-model) and which blobs are unreferenced.
 
 Refs are removed by their manifest's ``created`` age and by ``keep_per_model`` (the newest N refs of each model and
-configuration, :func:`trtwarm.key.configuration`, as the local ``gc`` does). Blobs go only when **no** ref names them and their own upload is older than the grace
-period: a push uploads its blobs before it writes its ref, so a younger unreferenced blob may belong to a push in
-flight. Blobs of refs removed in this pass stay until a later pass (a reader may have read the ref just now), and
-when any ref cannot be read, no blob is removed at all (its blobs are unknown).
+configuration, :func:`trtwarm.key.configuration`, as the local ``gc`` does). Blobs go only when **no** ref names
+them and their own upload is older than the grace period: a push uploads its blobs before it writes its ref, so a
+younger unreferenced blob may belong to a push in flight. Blobs of refs removed in this pass stay until a later
+pass (a reader may have read the ref just now), and when any ref cannot be read, no blob is removed at all (its
+blobs are unknown).
 """
 
 from __future__ import annotations

@@ -214,7 +214,7 @@ class RemoteSync:
             return
         # Replacing a published entry in place would pull the engine from under Pods on this volume that already
         # use it, so the volume keeps its own (equally valid) build; every other volume pulls the winner's.
-        if self.refused is not None:  # the ref this init refused stays: every builder would rebuild, every consumer fail
+        if self.refused is not None:  # the refused ref stays: every builder would rebuild, every consumer fail
             log.warning("the repository's engine for %s was refused here (%s) and a ref is never overwritten, so "
                         "this build was not published there; remove the ref (`trtwarm remote rm %s`) and the next "
                         "push publishes a good one. This volume keeps its own build", entry.name, self.refused[1],
