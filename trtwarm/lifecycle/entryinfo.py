@@ -49,11 +49,6 @@ class EntryInfo:
         return bool(self.leases)
 
     @property
-    def model(self) -> str:
-        """The readable model part of the name."""
-        return self.name.split("_", 1)[0]
-
-    @property
     def configuration(self) -> str:
         """What ``--keep-per-model`` keeps N of: the model and the engine's configuration, not their versions."""
         return configuration(self.name, self.manifest.get("key_document"))

@@ -165,12 +165,6 @@ class Client:
             raise RemoteError(f"{self.remote.url}/{path} is {result.meta['size']} bytes, more than {limit}")
         return bytes(self._call("GET", path, lambda _s, _p: result.bytes()))
 
-    def get_range(self, path: str, start: int, length: int) -> memoryview:
-        """Bytes ``[start, start+length)`` of *path*. :raises FileNotFoundError: the object vanished."""
-        import obstore
-
-        return memoryview(self._call("GET", path, obstore.get_range, start=start, length=length))
-
     def stream_range(self, path: str, start: int, length: int, piece: int) -> Iterator[memoryview]:
         """Bytes ``[start, start+length)`` of *path* as they arrive, in pieces of about *piece* bytes (obstore joins
         the HTTP frames up to that size: a cache-sized buffer, reused, instead of one buffer of *length*).
