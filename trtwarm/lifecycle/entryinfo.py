@@ -17,8 +17,10 @@ from trtwarm.device import short_name
 from trtwarm.key import configuration
 from trtwarm.volume import leases as leaselib
 
+#: an owner record whose heartbeat (every 5 s) is older than this belongs to a builder that is gone
 OWNER_STALE_SECONDS = 60.0
-_KEY = re.compile(r"[0-9a-f]{64}")
+#: a full key (SHA-256 hex), as lock ids, ``.uses/`` markers and lease directories are named
+FULL_KEY = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass
@@ -124,7 +126,7 @@ class OwnerInfo:
     @property
     def is_key(self) -> bool:
         """A per-key build lock (not a per-GPU or GC lock)."""
-        return bool(_KEY.fullmatch(self.lock_id))
+        return bool(FULL_KEY.fullmatch(self.lock_id))
 
 
-__all__ = ["OWNER_STALE_SECONDS", "EntryInfo", "OwnerInfo"]
+__all__ = ["FULL_KEY", "OWNER_STALE_SECONDS", "EntryInfo", "OwnerInfo"]

@@ -23,7 +23,7 @@ from typing import Any
 
 from trtwarm.errors import EntryInvalid
 from trtwarm.fsutil import read_json_object
-from trtwarm.lifecycle.entryinfo import EntryInfo, OwnerInfo
+from trtwarm.lifecycle.entryinfo import FULL_KEY, EntryInfo, OwnerInfo
 from trtwarm.lifecycle.manifest_index import ManifestIndex
 from trtwarm.volume import leases as leaselib
 from trtwarm.volume.files import check_stats, scan_files
@@ -36,8 +36,7 @@ from trtwarm.volume.store import (
     staging_stale,
 )
 
-#: an owner record whose heartbeat (every 5 s) is older than this belongs to a builder that is gone
-_KEY = re.compile(r"[0-9a-f]{64}")
+#: the quarantine time in a quarantined entry's name (``<name>.<YYYYmmddTHHMMSSZ>.<reason>.<rand>``)
 _STAMP = re.compile(r"\.(\d{8}T\d{6}Z)\.")
 
 
@@ -238,7 +237,7 @@ def scan(layout: Layout, now: float | None = None, *, manifests: bool = True,
     all_leases = leaselib.scan(layout)
     fresh = {k: kept for k, found in all_leases.items() if (kept := [x for x in found if x.fresh(now)])}
     uses = _mtimes(layout.uses)
-    full = {k[:16]: k for k in (*uses, *all_leases, *building) if _KEY.fullmatch(k)}
+    full = {k[:16]: k for k in (*uses, *all_leases, *building) if FULL_KEY.fullmatch(k)}
     ctx = _Context(manifests or index is not None, index, uses, fresh, building, full)
     with collector_paused():
         entries = [_entry(item, ctx) for item in _subdirs(layout.entries, only_dirs=False)]

@@ -137,6 +137,9 @@ class StampBook:
             self._record(path, before, actual)
         return actual
 
+    def _sig_path(self, fingerprint: str) -> Path:
+        return self.directory / f"sig-{fingerprint}.json"
+
     def _record_path(self, st: os.stat_result) -> Path:
         return self.directory / f"{st.st_dev:x}-{st.st_ino:x}.json"
 
@@ -173,7 +176,7 @@ class StampBook:
         the statement rebuilt from the manifest, and the trusted keys (:meth:`trtwarm.trust.policy.Gate.status`)."""
         if not self.usable():
             return None
-        doc = self._read(self.directory / f"sig-{fingerprint}.json")
+        doc = self._read(self._sig_path(fingerprint))
         if doc is None or doc.get("fingerprint") != fingerprint or not self._fresh(doc) \
                 or not isinstance(doc.get("signer"), str):
             return None
@@ -185,7 +188,7 @@ class StampBook:
         if not self.usable():
             return
         try:
-            atomic_write_json(self.directory / f"sig-{fingerprint}.json",
+            atomic_write_json(self._sig_path(fingerprint),
                               {"fingerprint": fingerprint, "signer": signer, "at": time.time()}, 0o600, durable=False)
         except OSError as exc:  # a lost record costs one signature check on the next hit, nothing more
             self._not_written(exc)
