@@ -25,6 +25,11 @@ class ConfigError(TrtwarmError):
     """A flag, an environment variable or a combination of them is invalid."""
 
 
+class HandoffOnVolume(ConfigError):
+    """``--handoff-dir`` is on the cache volume, whose writers could then point the server at any file: refused,
+    and nothing is written there, not even the failure record (exit 2, as any configuration error)."""
+
+
 class ModelError(TrtwarmError):
     """The model is missing, unreadable, empty, not ONNX, or references external data that is missing."""
 
@@ -223,6 +228,7 @@ __all__ = [
     "EXIT_UNEXPECTED",
     "BuildError",
     "ConfigError",
+    "HandoffOnVolume",
     "EntryInvalid",
     "Interrupted",
     "LockTimeoutError",

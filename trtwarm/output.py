@@ -24,6 +24,7 @@ from trtwarm.config import termination_log_path
 from trtwarm.errors import (
     BuildError,
     ConfigError,
+    HandoffOnVolume,
     Interrupted,
     OutputError,
     TrtwarmError,
@@ -98,7 +99,7 @@ def report_failure(ns: argparse.Namespace | None, exc: TrtwarmError, environ: Ma
 
     settings = getattr(ns, "settings", None)
     handoff.termination_message(settings.termination_log if settings else termination_log_path(environ), doc)
-    if getattr(ns, "handoff_dir", None) and not getattr(exc, "handoff_refused", False):
+    if getattr(ns, "handoff_dir", None) and not isinstance(exc, HandoffOnVolume):
         handoff.write_failure(Path(ns.handoff_dir).absolute(), {k: v for k, v in doc.items() if k != "log_tail"})
     try:
         print(json.dumps({k: v for k, v in doc.items() if k != "log_tail"}, separators=(",", ":")), flush=True)

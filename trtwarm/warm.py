@@ -27,7 +27,7 @@ from typing import Any
 
 from trtwarm import handoff
 from trtwarm.config import Settings
-from trtwarm.errors import BuildError, ConfigError, LockTimeoutError, VolumeError
+from trtwarm.errors import BuildError, HandoffOnVolume, LockTimeoutError, VolumeError
 from trtwarm.events import EventRecorder
 from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS
 from trtwarm.handoff import WarmReport
@@ -209,11 +209,9 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
         # stamp directory already, the signature was most likely verified before and is not checked again
         keys.preload()
     if on_volume(settings.handoff_dir, settings.cache_dir):  # its `engine` link decides what the server loads
-        error = ConfigError(f"the hand-off directory {settings.handoff_dir} is on the cache volume "
-                            f"{settings.cache_dir}: a writer of the volume could point the server at any file",
-                            hint="mount an emptyDir at --handoff-dir, shared with the inference container only")
-        error.handoff_refused = True  # so the failure record is not written there either (output.report_failure)
-        raise error
+        raise HandoffOnVolume(f"the hand-off directory {settings.handoff_dir} is on the cache volume "
+                              f"{settings.cache_dir}: a writer of the volume could point the server at any file",
+                              hint="mount an emptyDir at --handoff-dir, shared with the inference container only")
     handoff.clear(settings.handoff_dir)
     if not settings.read_only and not Layout(settings.cache_dir).statcache.is_dir():
         with contextlib.suppress(VolumeError):  # surfaces again, with its reason, if a build turns out to be needed
