@@ -173,7 +173,6 @@ def cmd_key(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
         from trtwarm.lifecycle.explain import explain, render
 
         plan.layout.require()  # an unmounted volume must not read as "a first build" (exit 6, naming the path)
-
         report = explain(plan.store, plan.doc, plan.key, plan.name, model_part(plan.name))
         print(json.dumps(report, indent=2, sort_keys=True) if ns.json else render(report))
         return 0

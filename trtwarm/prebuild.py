@@ -136,29 +136,26 @@ def _run_rows(rows: list[tuple[str, list[str]]], ns: argparse.Namespace, environ
               cache: Path, work: Path) -> int:
     from trtwarm.lifecycle.tables import render
 
-    results, first_failure = [], 0
+    results, codes = [], []
     for index, (label, flags) in enumerate(rows, 1):
         start = time.monotonic()
         try:
             settings = settings_for(flags, environ, cache_dir=str(cache), remote=ns.remote,
                                     remote_push="required", handoff_dir=str(work / "handoff" / str(index)))
             sync = RemoteSync(remote, _store(settings), push="required")
-            outcome, code = _one(label, settings, sync), 0
+            outcome = _one(label, settings, sync)
         except TrtwarmError as exc:
-            code = exit_code_for(exc)
-            outcome = f"FAILED ({code}): {exc.message}"
-            first_failure = first_failure or code
+            codes.append(exit_code_for(exc))
+            outcome = f"FAILED ({codes[-1]}): {exc.message}"
             log.error("[%d/%d] %s: %s", index, len(rows), label, outcome)
             if hint_for(exc):
                 log.error("hint: %s", hint_for(exc))
-        seconds = time.monotonic() - start
-        if not outcome.startswith("FAILED"):
-            log.info("[%d/%d] %s: %s (%.1f s)", index, len(rows), label, outcome, seconds)
-        results.append([label, outcome, f"{seconds:.1f}"])
+        else:
+            log.info("[%d/%d] %s: %s (%.1f s)", index, len(rows), label, outcome, time.monotonic() - start)
+        results.append([label, outcome, f"{time.monotonic() - start:.1f}"])
     print(render(["ROW", "RESULT", "SECONDS"], results, right=("SECONDS",)))
-    failed = sum(r[1].startswith("FAILED") for r in results)
-    print(f"\n{len(rows)} rows: {len(rows) - failed} ok, {failed} failed")
-    return first_failure
+    print(f"\n{len(rows)} rows: {len(rows) - len(codes)} ok, {len(codes)} failed")
+    return codes[0] if codes else 0
 
 
 def _store(settings: Settings) -> Any:

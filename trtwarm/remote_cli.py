@@ -199,10 +199,9 @@ def _still_unreferenced(repo: Repository, blobs: list[tuple[str, int]]) -> list[
         return blobs
     named: set[str] = set()
     for _key, ref, _problem in repo.read_refs():
-        try:
-            named.update(row["sha256"] for row in manifest_files(ref["manifest"]))  # type: ignore[index]
-        except (TypeError, KeyError, ValueError):  # unreadable now: its blobs are unknown, so none goes
+        if ref is None:  # unreadable now: its blobs are unknown, so none goes
             return []
+        named.update(row["sha256"] for row in manifest_files(ref["manifest"]))
     return [(sha, size) for sha, size in blobs if sha not in named]
 
 

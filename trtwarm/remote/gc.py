@@ -38,7 +38,7 @@ class RemotePlan:
                 "referenced_blobs": self.referenced, "young_unreferenced_blobs": self.young, "note": self.note}
 
 
-def _model(manifest: dict[str, Any]) -> str:
+def _configuration(manifest: dict[str, Any]) -> str:
     return configuration(str(manifest.get("name", "?")), manifest.get("key_document"))
 
 
@@ -53,11 +53,12 @@ def plan(refs: list[tuple[str, dict[str, Any] | None, str]], blobs: list[dict[st
     referenced: set[str] = set()
     for key, ref in readable:
         manifest = ref["manifest"]
-        seen[_model(manifest)] = seen.get(_model(manifest), 0) + 1
+        group = _configuration(manifest)
+        seen[group] = seen.get(group, 0) + 1
         reason = ""
         if max_age is not None and now - float(manifest.get("created") or 0.0) > max_age:
             reason = "age"
-        elif keep_per_model is not None and seen[_model(manifest)] > keep_per_model:
+        elif keep_per_model is not None and seen[group] > keep_per_model:
             reason = "count"
         referenced.update(row["sha256"] for row in manifest_files(manifest))  # kept this pass either way
         if reason:
