@@ -1,7 +1,9 @@
 """Kubernetes Events on the init's own Pod (``kubectl describe pod`` shows them). Optional: ``trtwarm[kubernetes]``.
 
-Enabled when ``POD_NAME`` and ``POD_NAMESPACE`` are set (the downward API), the ``kubernetes`` package is
-installed and a configuration is found (in-cluster service account, else ``KUBECONFIG``). Events are sent from a
+Enabled when ``POD_NAME`` and ``POD_NAMESPACE`` are set (the downward API), a configuration is there (inside a
+cluster the service-account token, which the chart mounts only with ``rbac.events``; else ``KUBECONFIG`` or
+``~/.kube/config``) and the ``kubernetes`` package is installed: without a token nothing is imported (the client
+costs ~0.5 s of CPU) and nothing is said, since Events were not asked for. Events are sent from a
 background thread, started (and the client imported) as soon as the recorder exists, so that work overlaps the
 init's; :meth:`EventRecorder.close` waits for the queue at most ``timeout`` seconds and logs what it drops. Any
 failure (no RBAC, unreachable API server) is logged once and disables further events: it never fails the init.
@@ -17,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from trtwarm.config import Identity
+from trtwarm.podenv import events_configured
 
 log = logging.getLogger("trtwarm.events")
 REQUEST_TIMEOUT = 2.0
@@ -41,7 +44,7 @@ class EventRecorder:
     def __init__(self, identity: Identity, environ: Mapping[str, str]) -> None:
         self.identity, self.uid = identity, environ.get("POD_UID") or None
         self._environ = dict(environ)
-        self.enabled = bool(identity.pod and identity.namespace and importlib.util.find_spec("kubernetes"))
+        self.enabled = events_configured(environ) and importlib.util.find_spec("kubernetes") is not None
         self._queue: Any = None  # a queue.Queue of Event bodies, None-terminated; imported only where Events go
         self._thread: threading.Thread | None = None
         self._queued = False
