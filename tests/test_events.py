@@ -125,3 +125,17 @@ def test_an_unreachable_api_server_never_fails_or_stalls_the_init(model: Path, c
     warnings = run.stderr.count("cannot record Kubernetes events") + run.stderr.count("Kubernetes events not sent")
     assert warnings == 1, run.stderr
     assert "Traceback" not in run.stderr and took < 10
+
+
+def test_in_a_pod_without_a_token_events_are_off_and_nothing_is_said(model: Path, cache: Path,
+                                                                     tmp_path: Path) -> None:
+    from trtwarm.podenv import TOKEN_PATH
+
+    if Path(TOKEN_PATH).exists():
+        pytest.skip(f"this machine has a service-account token at {TOKEN_PATH}")
+    # the chart's default: the downward API's identity, in a cluster, rbac.events off (no token mounted)
+    env = {"POD_NAME": "web-0", "POD_NAMESPACE": "ml", "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+           "KUBERNETES_SERVICE_PORT": "9"}
+    run = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h"), env=env)
+    assert run.returncode == 0 and run.summary["result"] == "built"
+    assert "Kubernetes events" not in run.stderr, run.stderr

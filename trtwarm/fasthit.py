@@ -1,0 +1,282 @@
+"""The repeat hit: this node's record of a verified stamped hit, repeated without resolving the key again.
+
+A stamped hit (``--verify stamp``) that vouched for every file of its entry by stamp leaves a **hit record** in
+the node-local stamp directory (:mod:`trtwarm.hitrecord` writes it, and says when): the start it answered (the
+arguments, the working directory, and the environment without the Pod's own name and addresses), the
+**witnesses** its answer rests on as stat identities (the model and its external data, the builder's installed
+distribution, the trust policy and its keys, the volume's layout version, the entry's directory, manifest,
+signature and files), the device as the key holds it, the node's boot id, and the hand-off it wrote. A later
+``trtwarm init`` with the same start finds the record by a checksum of that start and, when every witness still
+has its identity and the device reads the same (NVML again for a GPU), takes its lease, marks the use, writes the
+hand-off, the termination message and the same log lines, and exits: a Python start, ``json`` and some ``stat``
+calls, about 2x a bare ``python -c pass`` where the full init is about 5x (README, Benchmarks).
+
+Anything else runs the full init, which may write a new record: no record, another start, another trtwarm
+version or boot, a changed witness or device, stamps past ``--stamp-max-age``, an unsafe stamp directory or record,
+Kubernetes Events to send. What a record proves is what the stamps and signature records under it prove (same
+directory, same owner rules, same threat model: :mod:`trtwarm.volume.stamps`). Nothing is written before every
+check has passed.
+
+Imports: ``json``, ``os``, ``sys``, ``time``, ``zlib`` and two leaf modules, on purpose: they are the whole cost
+(for a GPU, :mod:`trtwarm.gpu` and NVML too).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import sys
+import time
+import zlib
+
+from trtwarm import __version__
+from trtwarm.names import holder
+from trtwarm.podenv import events_configured
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # not at run time: every module imported here is paid on each repeat
+    from collections.abc import Mapping
+    from typing import Any
+
+SCHEMA = 1
+#: variables of one Pod that its siblings do not share, left out of the start so a Deployment's Pods repeat each
+#: other's hits (the lease is named after the Pod anew each time); and a shell's bookkeeping (cwd is compared)
+POD_OWN = frozenset({"HOSTNAME", "POD_NAME", "POD_UID", "POD_IP", "POD_IPS", "_", "SHLVL", "PWD", "OLDPWD"})
+LIMIT = 1 << 20  # a record holds the environment: a namespace's service variables can make it tens of KiB
+#: = trtwarm.fsutil's FULL_ERRNOS and READ_ONLY_ERRNOS (not imported: hashlib, pathlib)
+_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+_READ_ONLY = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
+DEFAULT_HANDOFF_DIR = "/trtwarm"  # = config.DEFAULT_HANDOFF_DIR, not imported (config imports argparse)
+
+
+def start_of(args: list[str], environ: Mapping[str, str]) -> dict[str, Any]:
+    """What an init's outcome may depend on besides files: its arguments, directory and environment."""
+    return {"args": list(args), "cwd": os.getcwd(), "env": {k: v for k, v in environ.items() if k not in POD_OWN}}
+
+
+def record_name(start: dict[str, Any]) -> str:
+    """``hit-<crc32>.json``: a checksum only finds the file; the record holds the whole start, compared in full."""
+    return f"hit-{zlib.crc32(json.dumps(start, sort_keys=True).encode()):08x}.json"
+
+
+def stamp_dir(args: list[str], environ: Mapping[str, str]) -> str:
+    """Where the full init would keep stamps for these arguments, as its parser reads them (``--stamp-dir``, else
+    ``<handoff-dir>/stamps``; the flag, else ``TRTWARM_*``). A form this misreads only looks in the wrong place,
+    where no record of this start can be."""
+    def option(flag: str) -> str | None:
+        value = None
+        for i, arg in enumerate(args):
+            if arg == flag and i + 1 < len(args):
+                value = args[i + 1]
+            elif arg.startswith(flag + "="):
+                value = arg[len(flag) + 1:]
+        return value or environ.get("TRTWARM_" + flag[2:].upper().replace("-", "_")) or None
+
+    found = option("--stamp-dir") or os.path.join(option("--handoff-dir") or DEFAULT_HANDOFF_DIR, "stamps")
+    return os.path.abspath(found)
+
+
+def safely_owned(st: os.stat_result) -> bool:
+    """This uid's or root's, and not writable by group or others (the stamps' rule, :mod:`trtwarm.volume.stamps`)."""
+    return st.st_uid in (os.geteuid(), 0) and not st.st_mode & 0o022
+
+
+def boot_id() -> str:
+    """This boot of this node (the CPU in the key cannot change without one)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def identity(st: os.stat_result) -> list[int]:
+    """= :func:`trtwarm.volume.statcache.identity` (not imported: hashlib, pathlib): any write changes ctime."""
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def attempt(args: list[str], environ: Mapping[str, str]) -> int | None:
+    """Repeat this node's hit for ``trtwarm init ARGS``: the exit code (0), or None to run the full init."""
+    started = time.monotonic()
+    if events_configured(environ):  # the full init sends the EngineCacheHit Event
+        return None
+    start = start_of(args, environ)
+    try:
+        record = _load(stamp_dir(args, environ), start)
+        if record is None:
+            return None
+        return _repeat(record, environ, started)
+    except (OSError, ValueError, LookupError, TypeError):  # a record this version cannot use: resolve in full
+        return None
+
+
+def _load(directory: str, start: dict[str, Any]) -> dict[str, Any] | None:
+    """The record of *start* in *directory*, if safely owned, of this version, this boot and not expired."""
+    if not safely_owned(os.stat(directory)):
+        return None
+    fd = os.open(os.path.join(directory, record_name(start)), os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        if not safely_owned(os.fstat(fd)):
+            return None
+        data = os.read(fd, LIMIT + 1)
+    finally:
+        os.close(fd)
+    record = json.loads(data) if len(data) <= LIMIT else None
+    if not (isinstance(record, dict) and record.get("schema") == SCHEMA and record.get("version") == __version__
+            and record.get("start") == start and record.get("boot_id") == boot_id()
+            and time.time() < record["expires"]):
+        return None
+    return record
+
+
+def _holds(witnesses: list[list[Any]]) -> bool:
+    """Whether every witness still has the identity recorded (``follow``: the model may be a link, entries not)."""
+    for path, ident, follow in witnesses:
+        if identity(os.stat(path) if follow else os.lstat(path)) != ident:
+            return False
+    return True
+
+
+def _device_holds(device: dict[str, Any], environ: Mapping[str, str]) -> bool:
+    """Whether the device reads as recorded: the CPU needs nothing (the boot id is checked); a GPU is read through
+    NVML again, as the builder reads it (which GPU CUDA shows this container can change without a reboot)."""
+    if device["choice"] == "cpu":
+        return True
+    from trtwarm import gpu  # NVML's share of the start: a GPU's full init pays it too
+    from trtwarm.errors import TrtwarmError
+
+    try:
+        info = gpu.probe(device["choice"], environ)
+    except TrtwarmError:  # no GPU now: the full init says so
+        return False
+    return device["fields"].get("kind") == "cpu" if info is None else \
+        gpu.key_fields(info, device["hardware_compat"]) == device["fields"]
+
+
+def _repeat(record: dict[str, Any], environ: Mapping[str, str], started: float) -> int | None:
+    if not (_holds(record["witnesses"]) and _device_holds(record["device"], environ)):
+        return None  # before the lease: a changed input must not leave a lease on a key it no longer resolves to
+    lease = _take_lease(record["lease"], environ)
+    if not _holds(record["witnesses"]):  # again after the lease, as the full init looks up after its lease: a gc
+        return None  # that removed the entry meanwhile either saw the lease or is seen here
+    verified = time.monotonic()
+    _touch(record["use"])
+    out = record["handoff"]
+    report = dict(record["report"], seconds={"key": verified - started, "wait": 0.0, "build": 0.0, "verify": 0.0,
+                                             "total": time.monotonic() - started})
+    _hand_off(out["dir"], report)
+    summary = {"result": "hit", "key": report["key"][:16], "name": report["name"], "path": report["path"],
+               "seconds": {k: round(v, 3) for k, v in report["seconds"].items()}}
+    _termination_message(out["termination_log"], summary)
+    log = _Log(out["log_format"])
+    for logger, level, message in record["warnings"]:
+        log.say(level, message, logger)
+    log.say("INFO", f"key {report['key'][:16]} for {report['name']}")
+    if lease is not None:
+        log.say("WARNING", record["lease"]["not_taken"][lease])
+    log.say("INFO", f"verified {report['name']} ({report['key'][:16]}): {record['files']} file(s) by stamp, 0 hashed "
+                    "(0 bytes), repeating this node's record of the hit")
+    log.say("INFO", f"hit {report['name']} in {report['seconds']['total']:.3f} s: {report['path']}", "trtwarm")
+    try:
+        print(json.dumps(summary, separators=(",", ":")), flush=True)
+    except OSError:  # a closed stdout: the hand-off is written, as the full init says
+        log.say("WARNING", f"cannot write the summary to standard output; the summary is in {out['dir']}/engine.json")
+    return 0
+
+
+def _take_lease(lease: dict[str, Any], environ: Mapping[str, str]) -> str | None:
+    """Write this Pod's lease as :func:`trtwarm.volume.leases.take` does: None, or why not (``full``,
+    ``read-only``) where the full init warns. :raises OSError: any other failure (the full init then reports it)"""
+    if not os.path.isdir(lease["root"]):
+        return None  # a volume without leases yet: the full init takes none either
+    pod, namespace, host = environ.get("POD_NAME") or None, environ.get("POD_NAMESPACE") or None, os.uname().nodename
+    directory = os.path.join(lease["root"], lease["key"])
+    doc = {"key": lease["key"], "name": lease["name"], "pod": pod, "namespace": namespace,
+           "node": environ.get("NODE_NAME") or None, "hostname": host, "pid": os.getpid(), "refreshed": time.time()}
+    try:
+        os.makedirs(directory, exist_ok=True)
+        _replace(os.path.join(directory, holder(pod, namespace, host) + ".json"),
+                 json.dumps(doc, indent=2, sort_keys=True) + "\n", _file_mode(lease["volume"]))
+    except OSError as exc:
+        if exc.errno in _FULL:
+            return "full"
+        if exc.errno in _READ_ONLY | {errno.ENOENT}:
+            return "read-only"
+        raise
+    return None
+
+
+def _file_mode(volume: str) -> int:
+    """= :meth:`trtwarm.volume.layout.Layout.file_mode`: group-writable files on a group-shared volume."""
+    return 0o664 if os.stat(volume).st_mode & 0o020 else 0o644
+
+
+def _touch(use: dict[str, str]) -> None:
+    """= :meth:`trtwarm.volume.store.EngineStore.touch_use` (last use, for gc); ignored where it cannot be written."""
+    try:
+        try:
+            os.utime(use["path"])
+        except FileNotFoundError:
+            os.close(os.open(use["path"], os.O_WRONLY | os.O_CREAT, _file_mode(use["volume"])))
+    except OSError as exc:
+        if exc.errno not in _READ_ONLY | _FULL | {errno.ENOENT}:
+            raise
+
+
+def _replace(path: str, text: str, mode: int = 0o644) -> None:
+    """The atomic rename of :func:`trtwarm.fsutil.atomic_write` without its fsync (advisory and Pod-local files)."""
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    try:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "w") as handle:
+            handle.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _hand_off(directory: str, report: dict[str, Any]) -> None:
+    """:func:`trtwarm.handoff.clear`, then :func:`trtwarm.handoff.write`: the previous report set aside, the
+    ``engine`` link and ``engine.json`` replaced atomically."""
+    for step in (lambda: os.replace(f"{directory}/engine.json", f"{directory}/engine.prev.json"),
+                 lambda: os.unlink(f"{directory}/engine")):
+        try:
+            step()
+        except FileNotFoundError:
+            pass
+    os.makedirs(directory, exist_ok=True)
+    tmp = f"{directory}/.engine.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    os.symlink(report["path"], tmp)
+    os.replace(tmp, f"{directory}/engine")
+    _replace(f"{directory}/engine.json", json.dumps(dict(report, ready=True), indent=2, sort_keys=True) + "\n")
+
+
+def _termination_message(path: str, summary: dict[str, Any]) -> None:
+    """= :func:`trtwarm.handoff.termination_message` for a summary (short: never over its 4 KiB)."""
+    if os.path.exists(path) and os.access(path, os.W_OK):
+        try:
+            with open(path, "w") as handle:
+                handle.write(json.dumps(summary, separators=(",", ":")))
+        except OSError:
+            pass
+
+
+class _Log:
+    """Log lines as :mod:`trtwarm.log` formats them (text or JSON, on stderr), without the logging package."""
+
+    def __init__(self, fmt: str) -> None:
+        self.json = fmt == "json"
+
+    def say(self, level: str, message: str, logger: str = "trtwarm.warm") -> None:
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
+        line = (json.dumps({"ts": stamp, "level": level.lower(), "logger": logger, "msg": message}) if self.json
+                else f"{stamp} {level:<7} {message}")
+        sys.stderr.write(line + "\n")
+
+
+__all__ = ["LIMIT", "POD_OWN", "SCHEMA", "attempt", "boot_id", "identity", "record_name", "safely_owned", "stamp_dir",
+           "start_of"]

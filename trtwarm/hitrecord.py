@@ -1,0 +1,118 @@
+"""Writing this node's record of a verified stamped hit, which :mod:`trtwarm.fasthit` repeats (it says what a
+record holds and why repeating it is safe).
+
+A record is written after a hit that vouched for every file by stamp and warned of nothing while it looked the
+entry up, for a start whose outcome files and the device pin: a builder whose identity files pin
+(:meth:`trtwarm.builders.base.Builder.replay_witnesses`), the device read again as the builder reads it
+(:meth:`~trtwarm.builders.base.Builder.device_probe`: NVML for a GPU; the node's boot id for the CPU), no Triton
+layout, no Kubernetes Events. Under a trust
+policy the policy, the key files it names, the signing key and the entry's signature envelope are witnesses too: the
+verdict rests on exactly those bytes, as a signature record's does. Every witness must be unchanged for
+:data:`~trtwarm.volume.statcache.RACY_SECONDS` (a second write in the same timestamp tick could go unseen). Best
+effort: a record not written costs the next start a full resolve, nothing more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from trtwarm import __version__, fasthit
+from trtwarm.fsutil import atomic_write_json
+from trtwarm.handoff import WarmReport
+from trtwarm.plan import Plan
+from trtwarm.podenv import events_configured
+from trtwarm.volume import leases
+from trtwarm.volume.statcache import RACY_SECONDS
+from trtwarm.volume.store import MANIFEST, SIGNATURE, Entry
+
+log = logging.getLogger("trtwarm.warm")
+
+
+class _Said(logging.Handler):
+    """Keeps the warnings logged while it is attached."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[list[str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append([record.name, record.levelname, record.getMessage()])
+
+
+@contextlib.contextmanager
+def warnings_said() -> Iterator[list[list[str]]]:
+    """The warnings logged meanwhile, as ``[logger, level, message]``: what a repeat must say again (e.g. a dynamic
+    input without ``--shape``)."""
+    said = _Said()
+    logging.getLogger("trtwarm").addHandler(said)
+    try:
+        yield said.lines
+    finally:
+        logging.getLogger("trtwarm").removeHandler(said)
+
+
+def repeatable(plan: Plan) -> bool:
+    """Whether this start's hit may be recorded (see the module's docstring)."""
+    s, book = plan.settings, plan.stamps
+    return (bool(s.start_args) and book is not None and book.usable() and book.hashed == 0 and book.vouched > 0
+            and s.triton_repo is None and not events_configured(s.environ))
+
+
+def remember(plan: Plan, entry: Entry, report: WarmReport, warnings: list[list[str]]) -> None:
+    """Write the record of this hit to the stamp directory, when its witnesses allow (best effort)."""
+    s = plan.settings
+    witnesses = _witnesses(plan, entry)
+    if witnesses is None or plan.stamps is None or s.stamp_dir is None:
+        return
+    start = fasthit.start_of(list(s.start_args), s.environ)
+    layout = plan.layout
+    record = {"schema": fasthit.SCHEMA, "version": __version__, "start": start, "boot_id": fasthit.boot_id(),
+              "expires": plan.stamps.oldest + s.stamp_max_age, "witnesses": witnesses, "files": plan.stamps.vouched,
+              "device": dict(zip(("choice", "hardware_compat"), plan.builder.device_probe()), fields=plan.doc["device"]),
+              "lease": {"root": str(layout.leases), "volume": str(layout.root), "key": plan.key, "name": plan.name,
+                        "not_taken": {why: leases.not_taken(why, plan.label) for why in ("full", "read-only")}},
+              "use": {"path": str(layout.use_path(plan.key)), "volume": str(layout.root)},
+              "handoff": {"dir": str(s.handoff_dir), "termination_log": str(s.termination_log),
+                          "log_format": s.log_format},
+              "report": {k: v for k, v in asdict(report).items() if k != "seconds"}, "warnings": warnings}
+    if len(json.dumps(record)) > fasthit.LIMIT:  # never read back: not worth the write
+        return
+    try:
+        atomic_write_json(s.stamp_dir / fasthit.record_name(start), record, 0o600, durable=False)
+    except OSError as exc:  # the stamps' own writes say so when the directory fails them
+        log.debug("no hit record written to %s: %s", s.stamp_dir, exc)
+
+
+def _witnesses(plan: Plan, entry: Entry) -> list[list[Any]] | None:
+    """``[path, identity, follow]`` of every file the hit rests on; None when one is missing, changed too recently,
+    or the builder's identity is not pinned by files."""
+    pinned = plan.builder.replay_witnesses()
+    if pinned is None:
+        return None
+    s = plan.settings
+    followed = [s.model, *(s.model.parent / f.location for f in plan.facts.external), *pinned,
+                *plan.gate.policy.files, *([s.signing_key] if s.signing_key else [])]
+    exact = [plan.layout.root / "VERSION", entry.path, entry.path / MANIFEST,
+             *(entry.path / f["path"] for f in entry.files),
+             *([entry.path / SIGNATURE] if (entry.path / SIGNATURE).exists() else [])]
+    now, found = time.time(), []
+    for path, follow in [(p, True) for p in followed] + [(p, False) for p in exact]:
+        try:
+            st = os.stat(path) if follow else os.lstat(path)
+        except OSError:
+            return None
+        if now - max(st.st_mtime_ns, st.st_ctime_ns) / 1e9 < RACY_SECONDS:
+            return None
+        found.append([str(Path(path)), fasthit.identity(st), follow])
+    return found
+
+
+__all__ = ["remember", "repeatable", "warnings_said"]
