@@ -1,7 +1,7 @@
 """The signature check on the hit path: a hit under ``--trust-mode enforce`` vs the same hit with trust off, and, in one
 process, what the check costs once the entry is hashed (reading the signature, one Ed25519 verification, and importing
 ``cryptography`` unless init's background import of it has finished by then), without and with that preload; and
-the same pair of hits under ``--verify stamp``. A node records each signature it verified in its stamp directory
+the same pair of hits under ``--verify stamp``, resolving in full and as repeats of the node's hit record. A node records each signature it verified in its stamp directory
 (``sig-<fingerprint>.json``) and checks it only once: the digest and stamp rows are hits on a node that verified the
 signature before, the "first check" row gives each hit a new stamp directory, so each checks the signature."""
 
@@ -58,12 +58,15 @@ def bench_trust(work: Path, init_argv, env: dict[str, str], timed, model: Path, 
     stamped = ["--verify", "stamp", "--stamp-dir", str(work / "stamps")]
     time.sleep(2.1)  # past the racy window: the engine was just written, and a younger file is not stamped
     subprocess.run([*enforce, *stamped], check=True, capture_output=True, env=env)  # this node: stamp, verify, record
-    off, on, fresh, stamp_off, stamp_on = [], [], [], [], []
+    off, on, fresh, stamp_off, stamp_on, full_off, full_on = [], [], [], [], [], [], []
+    records = (work / "stamps", "hit-*.json")  # removed first: the stamped hit then resolves in full
     for i in range(repeat):  # interleaved, so a change of machine load hits both alike
         off.append(timed(argv))
         on.append(timed(enforce))  # its stamp directory (<handoff>/stamps) holds the verdict after the first run
         fresh.append(timed([*enforce, "--stamp-dir", str(work / f"fresh{i}")]))  # a new node: the check runs
-        stamp_off.append(timed([*argv, *stamped]))
+        full_off.append(timed([*argv, *stamped], *records))
+        full_on.append(timed([*enforce, *stamped], *records))
+        stamp_off.append(timed([*argv, *stamped]))  # both repeat the hit the run before recorded (README, stamps)
         stamp_on.append(timed([*enforce, *stamped]))
     entry, policy = next((cache / "entries").iterdir()), work / "policy.json"
     cold, warm = [], []
@@ -78,7 +81,8 @@ def bench_trust(work: Path, init_argv, env: dict[str, str], timed, model: Path, 
             "ratio": on_s / off_s, "check_s": statistics.median(p[0] for p in cold),
             "check_cpu_s": statistics.median(p[1] for p in cold), "preloaded_s": statistics.median(p[0] for p in warm),
             "ok": on_s - off_s <= 0.005, "stamp_off_s": s_off, "stamp_enforce_s": s_on, "stamp_added_s": s_on - s_off,
-            "stamp_ratio": s_on / s_off, "stamp_ok": s_on - s_off <= 0.005, "load": os.getloadavg()[0]}
+            "stamp_ratio": s_on / s_off, "stamp_ok": s_on - s_off <= 0.005, "load": os.getloadavg()[0],
+            "full_off_s": statistics.median(full_off), "full_on_s": statistics.median(full_on)}
 
 
 __all__ = ["bench_trust"]

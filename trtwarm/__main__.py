@@ -1,7 +1,7 @@
-"""``python -m trtwarm`` runs the command-line interface."""
+"""``python -m trtwarm`` runs the command line (through :mod:`trtwarm.entry`: a repeat hit first, for ``init``)."""
 
 from __future__ import annotations
 
-from trtwarm.cli import run
+from trtwarm.entry import run
 
 run()

@@ -247,6 +247,8 @@ def _parse(args: list[str], command: str | None, environ: Mapping[str, str]) -> 
     parser = _parser(command)  # None (unknown): every command, for the error message
     _apply_env(parser, environ)
     ns, extra = parser.parse_known_args(args)
+    if command == "init":
+        ns.start_args = args[1:]  # as given: what a repeat of this start must match (trtwarm.fasthit)
     if extra:  # argparse's own message names only `trtwarm`, whose --help does not list a command's flags
         nested = getattr(ns, "remote_command", None) if command == "remote" else None
         where = " ".join(w for w in ("trtwarm", command, nested) if w)

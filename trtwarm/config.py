@@ -195,6 +195,7 @@ class Settings:
     trust_mode: str | None = None  # --trust-mode: enforce|warn|off, overriding the policy file's mode
     signing_key: Path | None = None  # --signing-key: sign what this Pod publishes
     identity: Identity = field(default_factory=lambda: Identity(None, None, None, os.uname().nodename))
+    start_args: tuple[str, ...] = ()  # ``trtwarm init``'s own arguments as given (the hit record's start); else ()
     environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -242,6 +243,7 @@ class Settings:
             trust_mode=getattr(ns, "trust_mode", None) or None,
             signing_key=_path_or_none(getattr(ns, "signing_key", None)),
             identity=Identity.from_env(environ), environ=dict(environ),
+            start_args=tuple(getattr(ns, "start_args", ())),
         )
 
 

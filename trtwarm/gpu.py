@@ -224,4 +224,14 @@ def current(environ: Mapping[str, str], gpus: list[GpuInfo] | None = None) -> Gp
     return select(gpus, environ)
 
 
-__all__ = ["VOLUME_MOUNTS_DIR", "GpuInfo", "current", "detect", "key_fields", "lock_id", "mig_profile", "select"]
+def probe(choice: str, environ: Mapping[str, str]) -> GpuInfo | None:
+    """The GPU a ``--device`` *choice* builds on: None for ``cpu``, and for ``auto`` where NVML lists no GPU; for
+    ``gpu`` (or ``auto`` with GPUs) this container's. :raises ConfigError: ``gpu`` and none visible (exit 2)"""
+    if choice == "cpu":
+        return None
+    gpus = detect()
+    return None if choice == "auto" and not gpus else current(environ, gpus)
+
+
+__all__ = ["VOLUME_MOUNTS_DIR", "GpuInfo", "current", "detect", "key_fields", "lock_id", "mig_profile", "probe",
+           "select"]

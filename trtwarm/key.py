@@ -10,16 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from trtwarm.device import short_name
 from trtwarm.model import ModelFacts
+from trtwarm.names import sanitize
 
 SCHEMA = 1
-_UNSAFE = re.compile(r"[^a-z0-9._-]+")
-_NAME_PART_MAX = 48
 
 
 def model_fields(facts: ModelFacts) -> dict[str, Any]:
@@ -46,12 +44,6 @@ def canonical(doc: Mapping[str, Any]) -> bytes:
 def key_of(doc: Mapping[str, Any]) -> str:
     """Return the key: SHA-256 hex of the canonical document."""
     return hashlib.sha256(canonical(doc)).hexdigest()
-
-
-def sanitize(text: str, limit: int = _NAME_PART_MAX) -> str:
-    """Reduce *text* to ``[a-z0-9._-]``, without leading dots, at most *limit* characters (never empty)."""
-    clean = _UNSAFE.sub("-", text.lower()).strip("-.")[:limit].strip("-.")
-    return clean or "x"
 
 
 def _shapes_label(build: Mapping[str, Any], unshaped: bool = False) -> str:

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trtwarm import handoff
+from trtwarm import handoff, hitrecord
 from trtwarm.config import Settings
 from trtwarm.errors import BuildError, HandoffOnVolume, LockTimeoutError, VolumeError
 from trtwarm.events import EventRecorder
@@ -216,40 +216,54 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
     if not settings.read_only and not Layout(settings.cache_dir).statcache.is_dir():
         with contextlib.suppress(VolumeError):  # surfaces again, with its reason, if a build turns out to be needed
             Layout(settings.cache_dir).ensure()  # so the first start already memoises the model's digests
-    plan = resolve(settings)
+    with hitrecord.warnings_said() as said:
+        plan = resolve(settings)
     plan.events = events
     plan.remote = remote
     if remote is not None:
         remote.verify_ref = plan.gate.check_ref  # the trust policy, on a ref before its download
     log.info("key %s for %s", plan.key[:16], plan.name)
     _take_lease(plan)
-    entry, result = _obtain(plan)
+    with hitrecord.warnings_said() as warned:  # a hit that warned is not repeated (it would warn again unseen)
+        entry, result = _obtain(plan)
     if plan.stamps is not None and result != "built":
         log.info("verified %s: %s", plan.label, plan.stamps.summary())
+    repeatable = result == "hit" and not warned and entry.name == plan.name and hitrecord.repeatable(plan)
     if entry.name != plan.name:  # found by its key under another --name: report the entry that is on the volume
         log.info("%s is on the volume as %s (built with another --name)", plan.label, entry.name)
         plan.name = entry.name
     plan.store.touch_use(plan.key)
     plan.seconds["total"] = time.monotonic() - start
+    _emit_outcome(plan, result)
+    report = _report(plan, entry, result)
+    _hand_off(settings, report, entry, plan.builder.name)
+    if repeatable:
+        hitrecord.remember(plan, entry, report, said)
+    if result == "built" and plan.remote is not None and settings.remote_push == "best-effort":
+        plan.remote.push(entry)  # after the hand-off, which is durable first; see README "Choices made"
+        _hand_off(settings, report, entry, plan.builder.name)  # again, with the push's bytes and seconds
+    return report
+
+
+def _emit_outcome(plan: Plan, result: str) -> None:
     if result == "built":
         plan.emit("EngineBuilt", f"built {plan.name} in {plan.seconds.get('build', 0.0):.1f} s")
     elif result == "hit":
         plan.emit("EngineCacheHit", f"verified cached engine {plan.name} in {plan.seconds['total']:.2f} s")
     elif result == "pulled":
         plan.emit("EnginePulled", f"pulled {plan.name} from {plan.remote.repo.url} in {plan.seconds['total']:.2f} s")
-    report = WarmReport(key=plan.key, name=plan.name, path=str(entry.engine), result=result,
-                        seconds={k: plan.seconds.get(k, 0.0) for k in ("key", "wait", "build", "verify", "total")},
-                        device=plan.doc["device"], builder=plan.doc["builder"], model_sha256=plan.facts.onnx.sha256,
-                        precision=str(plan.doc["build"].get("precision", "")), verify=settings.verify,
-                        engine_bytes=int(entry.manifest["engine_bytes"]), lock_mode=settings.lock_mode,
-                        files={str(entry.path / f["path"]): f["bytes"] for f in entry.files},
-                        extra=plan.builder.report() if result == "built" else {},
-                        remote=plan.remote.stats if plan.remote is not None else {})
-    _hand_off(settings, report, entry, plan.builder.name)
-    if result == "built" and plan.remote is not None and settings.remote_push == "best-effort":
-        plan.remote.push(entry)  # after the hand-off, which is durable first; see README "Choices made"
-        _hand_off(settings, report, entry, plan.builder.name)  # again, with the push's bytes and seconds
-    return report
+
+
+def _report(plan: Plan, entry: Entry, result: str) -> WarmReport:
+    s = plan.settings
+    return WarmReport(key=plan.key, name=plan.name, path=str(entry.engine), result=result,
+                      seconds={k: plan.seconds.get(k, 0.0) for k in ("key", "wait", "build", "verify", "total")},
+                      device=plan.doc["device"], builder=plan.doc["builder"], model_sha256=plan.facts.onnx.sha256,
+                      precision=str(plan.doc["build"].get("precision", "")), verify=s.verify,
+                      engine_bytes=int(entry.manifest["engine_bytes"]), lock_mode=s.lock_mode,
+                      files={str(entry.path / f["path"]): f["bytes"] for f in entry.files},
+                      extra=plan.builder.report() if result == "built" else {},
+                      remote=plan.remote.stats if plan.remote is not None else {})
 
 
 def _hand_off(settings: Settings, report: WarmReport, entry: Entry, builder: str) -> None:

@@ -55,16 +55,19 @@ class Builder(ABC):
     def gpu_info(self) -> gpu.GpuInfo | None:
         """The GPU this build runs on, read once through NVML (None: the CPU). Default: the one ``--device`` selects
         (``auto``: the GPU when NVML sees one). :raises ConfigError: a GPU is required and none is visible."""
-        choice = self.settings.device
-        if choice == "cpu":
-            return None
-        gpus = gpu.detect()
-        return None if choice == "auto" and not gpus else gpu.current(self.settings.environ, gpus)
+        return gpu.probe(self.device_probe()[0], self.settings.environ)
+
+    def device_probe(self) -> tuple[str, str]:
+        """How :meth:`device` reads the device on every start: ``(choice, hardware_compat)`` for
+        :func:`trtwarm.gpu.probe` and :func:`trtwarm.gpu.key_fields` (``cpu``: nothing to read). A repeat of the
+        start (:mod:`trtwarm.fasthit`) reads it again the same way. Default: ``--device`` and
+        ``--hardware-compat``."""
+        return self.settings.device, self.settings.hardware_compat
 
     def device(self) -> dict[str, Any]:
         """Return the key's ``device`` section: :attr:`gpu_info`'s product (or compatibility class), else the CPU."""
         info = self.gpu_info
-        return devices.cpu_fields() if info is None else gpu.key_fields(info, self.settings.hardware_compat)
+        return devices.cpu_fields() if info is None else gpu.key_fields(info, self.device_probe()[1])
 
     @property
     def precision(self) -> str:
@@ -126,10 +129,28 @@ class Builder(ABC):
         """Extra facts about the last build for ``engine.json`` (e.g. whether a timing cache was used)."""
         return {}
 
+    def replay_witnesses(self) -> list[Path] | None:
+        """Files whose stat identity pins :meth:`identity` (an upgrade or reinstall changes it), so this node's
+        record of a verified hit may be repeated without resolving the key again (:mod:`trtwarm.fasthit`).
+        None, the default: nothing on disk pins this builder's identity, and every hit resolves in full."""
+        return None
+
     def gpu_lock_id(self) -> str | None:
         """An id for the per-GPU build lock, or None for no such lock. Default: builds on a GPU (TensorRT, or e.g.
         ``trtexec`` through the command builder) are serialised per GPU, since parallel builds skew tactic timing."""
         return None if self.gpu_info is None else gpu.lock_id(self.gpu_info)
+
+
+def dist_witnesses(name: str) -> list[Path] | None:
+    """For :meth:`Builder.replay_witnesses`: the ``METADATA`` of the installed distribution *name* and the directory
+    holding its metadata directory (installing or removing any package there changes it). None: not found."""
+    from importlib import metadata
+
+    try:
+        found = [Path(str(f.locate())) for f in metadata.distribution(name).files or () if f.name == "METADATA"]
+    except metadata.PackageNotFoundError:
+        return None
+    return [found[0], found[0].parent.parent] if found else None
 
 
 def get_builder(settings: Settings) -> Builder:

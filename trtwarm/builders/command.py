@@ -60,6 +60,10 @@ class CommandBuilder(Builder):
                               "--builder-version trtexec-10.13.0.35, so a new version never reuses an old engine")
         return {"name": "command", "version": self.settings.builder_version, "command": self.settings.build_command}
 
+    def replay_witnesses(self) -> list[Path]:
+        """None needed: the identity is the flags (the command and ``--builder-version``), which a repeat matches."""
+        return []
+
     def build(self, model: Path, facts: ModelFacts, staging: Path) -> Path:
         """Run the command with its placeholders filled; return the output file."""
         output = staging / self.engine_filename

@@ -8,14 +8,12 @@ end to end.
 
 from __future__ import annotations
 
-import functools
 import logging
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from trtwarm import gpu
-from trtwarm.builders.base import Builder
+from trtwarm.builders.base import Builder, dist_witnesses
 from trtwarm.builders.ort_tensorrt import (
     check_context_model,
     check_ort_for_tensorrt,
@@ -79,21 +77,19 @@ class OrtBuilder(Builder):
             doc["ep_context"] = {"embed_mode": 1, "cpu_fallback": False}
         return doc
 
+    def replay_witnesses(self) -> list[Path] | None:
+        """The installed distribution's ``METADATA`` and the directory holding it (installing or removing any
+        package there changes it, e.g. ``onnxruntime-gpu`` beside ``onnxruntime``). None with the TensorRT EP,
+        whose TensorRT libraries no file here pins."""
+        return None if self.epcontext else dist_witnesses(ort_version()[0])
+
     def _ep_options(self) -> dict[str, str]:
         return ep_options(self.settings.shapes)
 
-    @functools.cached_property
-    def gpu_info(self) -> gpu.GpuInfo | None:
-        """None for the CPU provider, else this container's GPU. :raises ConfigError: no GPU visible."""
-        return None if self.settings.ort_provider == "cpu" else gpu.current(self.settings.environ)
-
-    def device(self) -> dict[str, Any]:
-        """The CPU for the CPU provider, else this container's GPU (never a TensorRT compatibility class)."""
-        if self.gpu_info is None:
-            from trtwarm.device import cpu_fields
-
-            return cpu_fields()
-        return gpu.key_fields(self.gpu_info)
+    def device_probe(self) -> tuple[str, str]:
+        """The provider decides, not ``--device``: the CPU provider's key holds the CPU, the others' this container's
+        GPU (never a TensorRT compatibility class)."""
+        return ("cpu" if self.settings.ort_provider == "cpu" else "gpu"), "none"
 
     def gpu_lock_id(self) -> str | None:
         """Only the TensorRT EP's builds are serialised per GPU (tactic timing); CUDA EP ones run side by side."""

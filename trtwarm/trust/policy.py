@@ -69,6 +69,7 @@ class Policy:
     mode: str
     keys: tuple[TrustedKey, ...] = ()
     source: str = "(none)"
+    files: tuple[Path, ...] = ()  # the policy file and the key files it names: what a verdict here rests on
 
     @classmethod
     def load(cls, path: Path) -> Policy:
@@ -82,7 +83,11 @@ class Policy:
                 or not isinstance(doc.get("keys", []), list):
             raise ConfigError(f"trust policy {path}: expected {{\"mode\": \"enforce|warn|off\", \"keys\": [...]}}",
                               hint="see README, Trust, for the format")
-        return cls(doc.get("mode", "off"), tuple(_trusted_key(item, path) for item in doc.get("keys", [])), str(path))
+        named = [path.parent / item["public_key_file"] for item in doc.get("keys", [])
+                 if isinstance(item, dict) and not isinstance(item.get("public_key"), str)
+                 and isinstance(item.get("public_key_file"), str)]
+        return cls(doc.get("mode", "off"), tuple(_trusted_key(item, path) for item in doc.get("keys", [])), str(path),
+                   (path, *named))
 
     def trusted_for(self, entry_name: str, key: str) -> dict[str, bytes]:
         """Key id → public key PEM of the keys trusted for that entry."""

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from trtwarm.config import Identity
 from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS, atomic_write_json
-from trtwarm.key import sanitize
+from trtwarm.names import holder
 from trtwarm.volume.layout import Layout
 
 REFRESH_SECONDS = 60.0
@@ -49,9 +49,7 @@ class Lease:
 
 def holder_name(identity: Identity) -> str:
     """The lease file's stem for *identity*: ``<namespace>.<pod>`` in a Pod, else ``<host>.<pid>``."""
-    if identity.pod:
-        return sanitize(f"{identity.namespace or 'default'}.{identity.pod}", 120)
-    return sanitize(f"{identity.hostname}.{os.getpid()}", 120)
+    return holder(identity.pod, identity.namespace, identity.hostname)
 
 
 def lease_path(layout: Layout, key: str, identity: Identity) -> Path:

@@ -52,8 +52,9 @@ log = logging.getLogger("trtwarm.stamps")
 MAX_AGE_SECONDS = 24 * 3600.0
 _LIMIT = 4096
 _UNSAFE_MODE = stat.S_IWGRP | stat.S_IWOTH
-#: the names of stamps (``<dev>-<inode>.json``) and signature records (``sig-<sha256>.json``)
-_OURS = re.compile(r"[0-9a-f]+-[0-9a-f]+\.json|sig-[0-9a-f]{64}\.json")
+#: the names of stamps (``<dev>-<inode>.json``), signature records (``sig-<sha256>.json``) and hit records
+#: (``hit-<crc32>.json``, :mod:`trtwarm.fasthit`)
+_OURS = re.compile(r"[0-9a-f]+-[0-9a-f]+\.json|sig-[0-9a-f]{64}\.json|hit-[0-9a-f]{8}\.json")
 
 
 def _owned_safely(st: os.stat_result) -> bool:
@@ -99,6 +100,7 @@ class StampBook:
     def __init__(self, directory: Path, max_age: float = MAX_AGE_SECONDS, *, files: bool = True) -> None:
         self.directory, self.max_age = Path(directory), max_age
         self.vouched = self.hashed = self.hashed_bytes = self.signatures_vouched = 0
+        self.oldest = float("inf")  # when the oldest stamp that vouched for a file in this process was written
         self._usable: bool | None = None
         self._warned = self._pruned = False
         self._without = "hashing every file" if files else "checking every signature"  # what is lost without it
@@ -128,8 +130,9 @@ class StampBook:
         A hash that matches *expected* is stamped. :raises OSError: the file cannot be read
         """
         before = os.stat(path)
-        if self.usable() and self._vouches(before, expected):
+        if self.usable() and (stamp := self._stamp(before, expected)) is not None:
             self.vouched += 1
+            self.oldest = min(self.oldest, stamp["at"])
             return expected
         actual, size = sha256_file(path)
         self.hashed, self.hashed_bytes = self.hashed + 1, self.hashed_bytes + size
@@ -143,10 +146,11 @@ class StampBook:
     def _record_path(self, st: os.stat_result) -> Path:
         return self.directory / f"{st.st_dev:x}-{st.st_ino:x}.json"
 
-    def _vouches(self, st: os.stat_result, expected: str) -> bool:
+    def _stamp(self, st: os.stat_result, expected: str) -> dict | None:
+        """The stamp that vouches for the file *st* holding *expected*, or None."""
         doc = self._read(self._record_path(st))
-        return (doc is not None and doc.get("stat") == identity(st) and doc.get("sha256") == expected
-                and self._fresh(doc))
+        ok = doc is not None and doc.get("stat") == identity(st) and doc.get("sha256") == expected and self._fresh(doc)
+        return doc if ok else None
 
     def _fresh(self, doc: dict) -> bool:
         return isinstance(doc.get("at"), (int, float)) and 0 <= time.time() - doc["at"] < self.max_age

@@ -19,8 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from trtwarm import gpu
-from trtwarm.builders.base import Builder
+from trtwarm.builders.base import Builder, dist_witnesses
 from trtwarm.builders.tensorrt.compat import (
     ConfigPlan,
     built_on,
@@ -157,10 +156,20 @@ class TensorRTBuilder(Builder):
         cuda = next((part[2:] for part in self._dist.split("-") if part[:2] == "cu" and part[2:].isdigit()), None)
         return {"name": "tensorrt", "version": self._version, "cuda": cuda}
 
-    @functools.cached_property
-    def gpu_info(self) -> gpu.GpuInfo:
-        """This container's GPU whatever ``--device`` says, read once through NVML. :raises ConfigError: none."""
-        return gpu.current(self.settings.environ)
+    def device_probe(self) -> tuple[str, str]:
+        """This container's GPU whatever ``--device`` says (:attr:`gpu_info` reads it once through NVML)."""
+        return "gpu", self.settings.hardware_compat
+
+    def replay_witnesses(self) -> list[Path] | None:
+        """TensorRT's installed distribution, the plugin libraries and the calibration cache: what the key's
+        ``builder`` and ``build`` sections read. None for a declared ``--tensorrt-version`` (a pull-only consumer,
+        whose installed TensorRT, if any, must match it: nothing on disk pins that) or TensorRT without metadata.
+        Not run here: no TensorRT on any machine of this project (README, What has run where)."""
+        if self.settings.tensorrt_version:
+            return None
+        found = dist_witnesses(self._dist)
+        calibration = [self.settings.calibration_cache] if self.settings.calibration_cache else []
+        return None if found is None else [*found, *self.settings.plugins, *calibration]
 
     @property
     def version(self) -> str:
