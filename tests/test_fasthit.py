@@ -221,7 +221,8 @@ def test_an_onnxruntime_hit_repeats_pinned_by_its_installed_distribution(model: 
     from trtwarm.builders.base import dist_witnesses
 
     pinned = dist_witnesses("onnxruntime")
-    assert pinned is not None and pinned[0].name == "METADATA" and pinned[1] == pinned[0].parent.parent
+    assert pinned is not None and pinned[0].name == "METADATA" and pinned[0].parent.parent in pinned[1:]
+    assert Path.cwd() in pinned, "every directory on sys.path: a distribution found earlier there changes the key"
     assert run_trtwarm(*ort_init_args(model, cache, tmp_path / "h0")).summary["result"] == "built"
     time.sleep(RACY_SECONDS + 0.2)
     runs = [run_trtwarm(*ort_init_args(model, cache, tmp_path / "h", "--verify", "stamp")) for _ in range(3)]
@@ -248,3 +249,42 @@ def test_on_a_gpu_the_repeat_reads_the_device_through_nvml_again(model: Path, ca
     os.chmod(record_path, 0o600)
     run = _start(model, cache, tmp_path, *extra)
     assert REPEAT not in run.stderr and run.summary["result"] == "hit"
+
+
+def _forge_statcache(cache: Path, victim: Path, donor: Path) -> Path:
+    """What a writer of the volume can do: memoise *victim*'s stat identity with *donor*'s digest and facts."""
+    from trtwarm.volume.statcache import identity, record_path
+
+    donor_record = json.loads(record_path(cache / ".statcache", donor).read_text())
+    stamps = {"": identity(victim.stat())}
+    forged = record_path(cache / ".statcache", victim)
+    forged.write_text(json.dumps({"model": str(victim), "stamps": stamps, "facts": donor_record["facts"]}))
+    return forged
+
+
+def test_a_forged_volume_stat_cache_ends_the_repeats_once_removed(model: Path, cache: Path, tmp_path: Path) -> None:
+    from trtwarm.demo import make_model
+
+    other = make_model(tmp_path / "models" / "other.onnx", hidden=24)
+    time.sleep(RACY_SECONDS + 0.2)
+    assert run_trtwarm(*cmd_init_args(other, cache, tmp_path / "h1", "--name", "m")).summary["result"] == "built"
+    time.sleep(RACY_SECONDS + 0.2)  # its engine too must age before it is stamped
+    forged = _forge_statcache(cache, model, other)  # no trust policy: the volume's writers are trusted anyway
+    _recorded(model, cache, tmp_path, "--name", "m")
+    forged.unlink()  # the record rested on it: the repeat must not outlive the cleanup
+    run = _start(model, cache, tmp_path, "--name", "m")
+    assert REPEAT not in run.stderr and run.summary["result"] == "built", run.stderr
+
+
+def test_under_a_trust_policy_the_volume_stat_cache_is_not_believed(model: Path, cache: Path, tmp_path: Path) -> None:
+    from trtwarm.demo import make_model
+
+    trust, keys = _signed(model, cache, tmp_path)  # model's engine, signed
+    other = make_model(tmp_path / "models" / "other.onnx", hidden=24)
+    time.sleep(RACY_SECONDS + 0.2)
+    signing = ("--signing-key", str(keys / "ci.key"))
+    assert run_trtwarm(*cmd_init_args(other, cache, tmp_path / "h1", *signing)).summary["result"] == "built"
+    own = _start(model, cache, tmp_path, *trust).summary["key"]  # this node's stamp directory now exists
+    _forge_statcache(cache, model, other)  # pair model's stat identity with other's (also signed) engine
+    run = _start(model, cache, tmp_path, *trust)
+    assert run.summary["key"] == own and run.summary["result"] == "hit", run.stderr  # hashed or memoised on the node

@@ -17,7 +17,7 @@ Kubernetes Events to send. What a record proves is what the stamps and signature
 directory, same owner rules, same threat model: :mod:`trtwarm.volume.stamps`). Nothing is written before every
 check has passed.
 
-Imports: ``json``, ``os``, ``sys``, ``time``, ``zlib`` and two leaf modules, on purpose: they are the whole cost
+Imports: ``json``, ``os``, ``signal``, ``sys``, ``time``, ``zlib`` and two leaf modules, on purpose: they are the whole cost
 (for a GPU, :mod:`trtwarm.gpu` and NVML too).
 """
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
 import sys
 import time
 import zlib
@@ -97,18 +98,31 @@ def identity(st: os.stat_result) -> list[int]:
 
 
 def attempt(args: list[str], environ: Mapping[str, str]) -> int | None:
-    """Repeat this node's hit for ``trtwarm init ARGS``: the exit code (0), or None to run the full init."""
+    """Repeat this node's hit for ``trtwarm init ARGS``: the exit code (0), or None to run the full init.
+
+    SIGTERM and SIGINT are held from the first write to the process's exit (a few milliseconds; the caller exits
+    at once): the hand-off is never left half-done, and a repeat that wrote it exits 0, its work complete.
+    """
     started = time.monotonic()
     if events_configured(environ):  # the full init sends the EngineCacheHit Event
         return None
     start = start_of(args, environ)
     try:
         record = _load(stamp_dir(args, environ), start)
-        if record is None:
-            return None
-        return _repeat(record, environ, started)
+        if record is None or not (_holds(record["witnesses"]) and _device_holds(record["device"], environ)):
+            return None  # checked before the lease: a changed input must leave no lease on a key it no longer has
     except (OSError, ValueError, LookupError, TypeError):  # a record this version cannot use: resolve in full
         return None
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    try:
+        done = _hand_over(record, environ, started)
+    except (OSError, ValueError, LookupError, TypeError):  # e.g. an unwritable hand-off: the full init reports it
+        done = None
+    if done is None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # the full init handles them from here
+        return None
+    _say(record, *done)  # the hand-off is written: from here on nothing falls back
+    return 0
 
 
 def _load(directory: str, start: dict[str, Any]) -> dict[str, Any] | None:
@@ -154,18 +168,23 @@ def _device_holds(device: dict[str, Any], environ: Mapping[str, str]) -> bool:
         gpu.key_fields(info, device["hardware_compat"]) == device["fields"]
 
 
-def _repeat(record: dict[str, Any], environ: Mapping[str, str], started: float) -> int | None:
-    if not (_holds(record["witnesses"]) and _device_holds(record["device"], environ)):
-        return None  # before the lease: a changed input must not leave a lease on a key it no longer resolves to
+def _hand_over(record: dict[str, Any], environ: Mapping[str, str],
+               started: float) -> tuple[dict[str, Any], str | None] | None:
+    """Lease, look again, mark the use, write the hand-off: ``(report, why no lease)``, or None (look in full)."""
     lease = _take_lease(record["lease"], environ)
     if not _holds(record["witnesses"]):  # again after the lease, as the full init looks up after its lease: a gc
         return None  # that removed the entry meanwhile either saw the lease or is seen here
     verified = time.monotonic()
     _touch(record["use"])
-    out = record["handoff"]
     report = dict(record["report"], seconds={"key": verified - started, "wait": 0.0, "build": 0.0, "verify": 0.0,
                                              "total": time.monotonic() - started})
-    _hand_off(out["dir"], report)
+    _hand_off(record["handoff"]["dir"], report)
+    return report, lease
+
+
+def _say(record: dict[str, Any], report: dict[str, Any], lease: str | None) -> None:
+    """The termination message, the full init's log lines and the summary on stdout; each best effort."""
+    out = record["handoff"]
     summary = {"result": "hit", "key": report["key"][:16], "name": report["name"], "path": report["path"],
                "seconds": {k: round(v, 3) for k, v in report["seconds"].items()}}
     _termination_message(out["termination_log"], summary)
@@ -180,9 +199,9 @@ def _repeat(record: dict[str, Any], environ: Mapping[str, str], started: float) 
     log.say("INFO", f"hit {report['name']} in {report['seconds']['total']:.3f} s: {report['path']}", "trtwarm")
     try:
         print(json.dumps(summary, separators=(",", ":")), flush=True)
-    except OSError:  # a closed stdout: the hand-off is written, as the full init says
-        log.say("WARNING", f"cannot write the summary to standard output; the summary is in {out['dir']}/engine.json")
-    return 0
+    except OSError as exc:  # as the full init: the summary is in engine.json and the termination message
+        log.say("WARNING", f"cannot write the output: {exc.strerror or exc}; the summary is in "
+                           f"{out['dir']}/engine.json")
 
 
 def _take_lease(lease: dict[str, Any], environ: Mapping[str, str]) -> str | None:
@@ -275,7 +294,10 @@ class _Log:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
         line = (json.dumps({"ts": stamp, "level": level.lower(), "logger": logger, "msg": message}) if self.json
                 else f"{stamp} {level:<7} {message}")
-        sys.stderr.write(line + "\n")
+        try:
+            sys.stderr.write(line + "\n")
+        except (OSError, ValueError):  # a closed or full stderr: the hit stands, as with logging's handlers
+            pass
 
 
 __all__ = ["LIMIT", "POD_OWN", "SCHEMA", "attempt", "boot_id", "identity", "record_name", "safely_owned", "stamp_dir",

@@ -112,8 +112,8 @@ def atomic_write_json(target: Path, doc: Any, mode: int = 0o644, *, durable: boo
 def atomic_symlink(target: Path, link: Path) -> None:
     """Point *link* at *target*, replacing any previous link atomically."""
     tmp = _tmp_name(link)
-    os.symlink(target, tmp)
-    try:
+    try:  # the symlink inside the try: an init's SIGTERM (raised between any two statements) leaves no link behind
+        os.symlink(target, tmp)
         os.replace(tmp, link)
     except BaseException:
         tmp.unlink(missing_ok=True)

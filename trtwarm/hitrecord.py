@@ -29,7 +29,7 @@ from trtwarm.fsutil import atomic_write_json
 from trtwarm.handoff import WarmReport
 from trtwarm.plan import Plan
 from trtwarm.podenv import events_configured
-from trtwarm.volume import leases
+from trtwarm.volume import leases, statcache
 from trtwarm.volume.statcache import RACY_SECONDS
 from trtwarm.volume.store import MANIFEST, SIGNATURE, Entry
 
@@ -103,13 +103,17 @@ def _witnesses(plan: Plan, entry: Entry) -> list[list[Any]] | None:
     exact = [plan.layout.root / "VERSION", entry.path, entry.path / MANIFEST,
              *(entry.path / f["path"] for f in entry.files),
              *([entry.path / SIGNATURE] if (entry.path / SIGNATURE).exists() else [])]
+    # the volume's stat-cache record of the model, which the key rested on: always replaced by a rename (a new
+    # inode), so it needs no racy window; without a trust policy (then the node's own is used, see plan._memo_dir)
+    memo = statcache.record_path(plan.memo, s.model) if plan.memo == plan.layout.statcache else None
+    renamed = [memo] if memo is not None and memo.exists() else []
     now, found = time.time(), []
-    for path, follow in [(p, True) for p in followed] + [(p, False) for p in exact]:
+    for path, follow in [(p, True) for p in followed] + [(p, False) for p in exact + renamed]:
         try:
             st = os.stat(path) if follow else os.lstat(path)
         except OSError:
             return None
-        if now - max(st.st_mtime_ns, st.st_ctime_ns) / 1e9 < RACY_SECONDS:
+        if path not in renamed and now - max(st.st_mtime_ns, st.st_ctime_ns) / 1e9 < RACY_SECONDS:
             return None
         found.append([str(Path(path)), fasthit.identity(st), follow])
     return found

@@ -10,6 +10,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from trtwarm.builders.base import Builder, get_builder
@@ -44,6 +45,7 @@ class Plan:
     stamps: StampBook | None = None  # --verify stamp
     remote: Any = None  # a trtwarm.remote.sync.RemoteSync with --remote
     stuck: tuple[Any, Any, str] | None = None  # (entry dir, its identity, why): damaged, and not movable from here
+    memo: Path | None = None  # the stat cache the model's digests were memoised in (see _memo_dir)
 
     @property
     def store(self) -> EngineStore:
@@ -92,6 +94,17 @@ def _stamps(settings: Settings, trusting: bool) -> StampBook | None:
     return StampBook(settings.stamp_dir, settings.stamp_max_age, files=settings.verify == "stamp")
 
 
+def _memo_dir(layout: Layout, book: StampBook | None, trusting: bool) -> Path | None:
+    """Where the model's digests are memoised (None: hash the model): the volume's stat cache; under a trust policy
+    the node's stamp directory instead, once it exists. A writer of the volume could otherwise pair this model's
+    stat identity with another model's digest, and so choose which signed engine is handed over."""
+    if not trusting:
+        return layout.statcache if layout.statcache.is_dir() else None
+    if book is None or not book.directory.is_dir() or not book.usable():
+        return None
+    return book.directory / "statcache"
+
+
 def resolve(settings: Settings) -> Plan:
     """Inspect the model and the builder and compute the key document, the key and the entry name.
 
@@ -101,9 +114,12 @@ def resolve(settings: Settings) -> Plan:
     check_model_path(settings.model)
     layout = Layout(settings.cache_dir)
     layout.check()
+    gate = Gate.create(settings.trust_policy, settings.trust_mode, settings.signing_key, settings.read_only)
+    book = _stamps(settings, gate.mode != "off")
     builder = get_builder(settings)
     identity = builder.identity()
-    facts, _memo = inspect_model(settings.model, layout.statcache if layout.statcache.is_dir() else None)
+    memo = _memo_dir(layout, book, gate.mode != "off")
+    facts, _cached = inspect_model(settings.model, memo)
     doc = key_document(model_fields(facts), identity, builder.device(), builder.build_fields(facts))
     key = key_of(doc)
     unshaped = unshaped_dynamic_inputs(facts, settings.shapes or (settings.profiles[0] if settings.profiles else ()))
@@ -111,12 +127,10 @@ def resolve(settings: Settings) -> Plan:
         log.warning("dynamic input %s has no --shape: the builder chooses the shapes the engine accepts; give "
                     "--shape NAME=MIN:OPT:MAX for the shapes the server sends", ", ".join(unshaped))
     name = entry_name(doc, key, settings.name or settings.model.stem, unshaped=bool(unshaped))
-    gate = Gate.create(settings.trust_policy, settings.trust_mode, settings.signing_key, settings.read_only)
     gate.require_signer_trusted(name, key)
-    book = _stamps(settings, gate.mode != "off")
     gate.verdicts = book  # signatures verified before on this node are recorded beside the stamps
     return Plan(settings, layout, builder, facts, doc, key, name, {"key": time.monotonic() - start}, gate=gate,
-                stamps=book if settings.verify == "stamp" else None)
+                stamps=book if settings.verify == "stamp" else None, memo=memo)
 
 
 __all__ = ["Plan", "resolve"]

@@ -142,15 +142,18 @@ class Builder(ABC):
 
 
 def dist_witnesses(name: str) -> list[Path] | None:
-    """For :meth:`Builder.replay_witnesses`: the ``METADATA`` of the installed distribution *name* and the directory
-    holding its metadata directory (installing or removing any package there changes it). None: not found."""
+    """For :meth:`Builder.replay_witnesses`: the ``METADATA`` of the installed distribution *name* and every
+    directory on ``sys.path`` (installing or removing a package in any of them, e.g. another version earlier on the
+    path, changes that directory). None: not found."""
+    import sys
     from importlib import metadata
 
     try:
         found = [Path(str(f.locate())) for f in metadata.distribution(name).files or () if f.name == "METADATA"]
     except metadata.PackageNotFoundError:
         return None
-    return [found[0], found[0].parent.parent] if found else None
+    searched = [Path(p or ".").absolute() for p in sys.path]
+    return [found[0], *dict.fromkeys(p for p in searched if p.exists())] if found else None
 
 
 def get_builder(settings: Settings) -> Builder:

@@ -29,7 +29,8 @@ def identity(st: os.stat_result) -> list[int]:
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
-def _record_path(cache_dir: Path, model: Path) -> Path:
+def record_path(cache_dir: Path, model: Path) -> Path:
+    """The record memoising *model* in the stat cache *cache_dir* (by its real path)."""
     ident = hashlib.sha256(os.fsencode(os.path.realpath(model))).hexdigest()[:32]
     return cache_dir / f"{ident}.json"
 
@@ -78,7 +79,7 @@ def inspect_model(model: Path, cache_dir: Path | None) -> tuple[ModelFacts, bool
     :raises ModelError: see :func:`trtwarm.model.inspect_uncached`
     """
     check_model_path(model)
-    record = _record_path(cache_dir, model) if cache_dir is not None else None
+    record = record_path(cache_dir, model) if cache_dir is not None else None
     if record is not None and (facts := _load(record, model)) is not None:
         return facts, True
     before: dict[str, os.stat_result] = {}
@@ -90,4 +91,4 @@ def inspect_model(model: Path, cache_dir: Path | None) -> tuple[ModelFacts, bool
     return facts, False
 
 
-__all__ = ["RACY_SECONDS", "identity", "inspect_model"]
+__all__ = ["RACY_SECONDS", "identity", "inspect_model", "record_path"]
