@@ -28,6 +28,7 @@ from typing import Any
 
 from trtwarm.errors import RemoteError
 from trtwarm.remote.client import Client
+from trtwarm.volume.chunks import chunk_problem
 
 log = logging.getLogger("trtwarm.remote")
 REF_SCHEMA = "trtwarm.ref/v1"
@@ -49,7 +50,8 @@ def ref_path(key: str) -> str:
 def manifest_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     """The manifest's ``files`` (schema 2), or the one engine file of a schema 1 manifest, as ``files`` rows.
 
-    :raises ValueError: a row that is not a safe relative path with a 64-hex SHA-256 and a size
+    :raises ValueError: a row that is not a safe relative path with a 64-hex SHA-256 and a size, or whose chunk
+        digests are malformed (:func:`trtwarm.volume.chunks.chunk_problem`)
     """
     files = manifest.get("files")
     if files is None:
@@ -65,6 +67,9 @@ def manifest_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
         if not (isinstance(row.get("sha256"), str) and _HEX64.fullmatch(row["sha256"])
                 and isinstance(row.get("bytes"), int) and row["bytes"] >= 0):
             raise ValueError(f"the manifest's row for {path} lacks a SHA-256 or a size")
+        problem = chunk_problem(row)
+        if problem:
+            raise ValueError(f"the manifest's row for {path} {problem}")
     return files
 
 

@@ -11,6 +11,11 @@ on disk and compares::
                    "engine_file": ..., "created_utc": ..., "trtwarm_version": ...,
                    "built_by": {"pod", "namespace", "node", "ci_job"}}}
 
+A manifest whose rows carry chunk digests (:mod:`trtwarm.volume.chunks`) gets the predicate type
+``https://trtwarm.dev/engine/v2``, whose ``files`` rows add ``chunk_bytes`` and ``chunk_sha256`` to the rows that
+have them: the chunk digests a pull verifies are signed like the whole-file digests. A manifest without them gets
+exactly the v1 Statement above, so every envelope signed before chunk digests existed still verifies.
+
 Nothing host-specific (no absolute path, hostname or pid) is signed. The envelope follows the DSSE v1 spec
 (https://github.com/secure-systems-lab/dsse/blob/master/protocol.md): ``payloadType``
 ``application/vnd.in-toto+json``, base64 ``payload``, and ``signatures[]`` of ``{keyid, sig}`` where ``sig`` is an
@@ -30,6 +35,9 @@ from trtwarm.trust.keys import sign_bytes, verify_signature
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://trtwarm.dev/engine/v1"
+#: the predicate type of a Statement whose files rows carry chunk digests
+PREDICATE_TYPE_CHUNKS = "https://trtwarm.dev/engine/v2"
+_CHUNK_FIELDS = ("chunk_bytes", "chunk_sha256")
 _SIGNED_BUILDER_FIELDS = ("pod", "namespace", "node", "ci_job")
 
 
@@ -44,12 +52,14 @@ class BadSignature(Exception):
 def statement(manifest: dict[str, Any], files: list[dict[str, Any]]) -> dict[str, Any]:
     """The in-toto Statement of a manifest whose files are *files* (the manifest's ``files``)."""
     built_by = manifest.get("built_by") or {}
+    rows = [{"path": f["path"], "role": f["role"], "bytes": f["bytes"], **{k: f[k] for k in _CHUNK_FIELDS if k in f}}
+            for f in files]
+    chunked = any("chunk_sha256" in row for row in rows)
     return {"_type": STATEMENT_TYPE,
             "subject": [{"name": f["path"], "digest": {"sha256": f["sha256"]}} for f in files],
-            "predicateType": PREDICATE_TYPE,
+            "predicateType": PREDICATE_TYPE_CHUNKS if chunked else PREDICATE_TYPE,
             "predicate": {"key": manifest.get("key"), "name": manifest.get("name"),
-                          "key_document": manifest.get("key_document"),
-                          "files": [{"path": f["path"], "role": f["role"], "bytes": f["bytes"]} for f in files],
+                          "key_document": manifest.get("key_document"), "files": rows,
                           "engine_file": manifest.get("engine_file"), "created_utc": manifest.get("created_utc"),
                           "trtwarm_version": manifest.get("trtwarm_version"),
                           "built_by": {k: built_by.get(k) for k in _SIGNED_BUILDER_FIELDS}}}
@@ -120,5 +130,5 @@ def verify(envelope: Any, expected: dict[str, Any], trusted: dict[str, Any]) -> 
     return signer
 
 
-__all__ = ["PAYLOAD_TYPE", "PREDICATE_TYPE", "STATEMENT_TYPE", "BadSignature", "pae", "payload_bytes", "sign",
-           "statement", "verify"]
+__all__ = ["PAYLOAD_TYPE", "PREDICATE_TYPE", "PREDICATE_TYPE_CHUNKS", "STATEMENT_TYPE", "BadSignature", "pae",
+           "payload_bytes", "sign", "statement", "verify"]

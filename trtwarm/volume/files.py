@@ -20,6 +20,7 @@ from typing import Any
 
 from trtwarm.errors import EntryInvalid
 from trtwarm.fsutil import sha256_file
+from trtwarm.volume.chunks import chunk_fields, chunk_problem, hash_file
 
 MANIFEST = "manifest.json"
 SIGNATURE = "manifest.sig.json"
@@ -72,8 +73,9 @@ def scan_files(root: Path) -> dict[str, os.stat_result]:
 
 
 def list_built(staging: Path, engine_file: str) -> list[dict[str, Any]]:
-    """Hash every file a build left in *staging*: the manifest's ``files``, sorted by path. Empty directories (a
-    build tool's scratch space) are removed, since an entry holds only listed files.
+    """Hash every file a build left in *staging*: the manifest's ``files``, sorted by path, with chunk digests for a
+    file larger than one chunk (see :mod:`trtwarm.volume.chunks`). Empty directories (a build tool's scratch space)
+    are removed, since an entry holds only listed files.
 
     :raises EntryInvalid: the build left a symlink or something that is not a regular file
     """
@@ -87,8 +89,9 @@ def list_built(staging: Path, engine_file: str) -> list[dict[str, Any]]:
         if not stat.S_ISREG(st.st_mode):
             kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a regular file"
             raise EntryInvalid(f"the build left {rel}, which is {kind}")
-        digest, size = sha256_file(staging / rel)
-        files.append({"path": rel, "role": role_of(rel, engine_file), "bytes": size, "sha256": digest})
+        digest, size, chunks = hash_file(staging / rel)
+        files.append({"path": rel, "role": role_of(rel, engine_file), "bytes": size, "sha256": digest,
+                      **chunk_fields(size, chunks)})
     return files
 
 
@@ -123,6 +126,9 @@ def listed_files(doc: dict[str, Any]) -> list[dict[str, Any]]:
         if not (isinstance(item, dict) and isinstance(item.get("bytes"), int) and isinstance(item.get("sha256"), str)
                 and item.get("role") in ROLES):
             raise EntryInvalid("manifest.json has a malformed files item")
+        problem = chunk_problem(item)
+        if problem:
+            raise EntryInvalid(f"manifest.json's row for {item.get('path')!r} {problem}")
         if not _safe_path(item.get("path")):
             raise EntryInvalid(f"manifest.json lists an unsafe path {item.get('path')!r}")
     paths = [item["path"] for item in files]
