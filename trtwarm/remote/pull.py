@@ -1,12 +1,13 @@
-"""Pull an entry's files from the repository into a staging directory: parallel ranged GETs, streamed in order to
-the file and through SHA-256 as they arrive, with bounded memory whatever the engine's size.
+"""Pull an entry's files from the repository into a staging directory: parallel ranged GETs, streamed to the file
+and through SHA-256 as they arrive, with bounded memory whatever the engine's size.
 
 Each blob is cut into ``chunk``-sized ranges; at most ``window`` ranges are in flight. A worker streams its range
-to the file at its offset in ``PIECE``-sized writes as the bytes arrive; the caller's thread hashes the finished
-ranges in order, read back from the page cache the writes just filled through one 1 MiB buffer, so memory stays at
-a few MiB whatever the engine's size and the fetches never wait for the hash. A blob whose size or SHA-256
-differs from the manifest raises :class:`BlobCorrupt` before anything is published; the caller's staging
-directory is then discarded. Transient failures are retried by the client (see :mod:`trtwarm.remote.client`); a
+to the file at its offset in ``PIECE``-sized writes as the bytes arrive. A file whose manifest row has chunk
+digests is verified by chunk, in parallel: its ranges are whole chunks and each worker hashes the pieces it writes,
+comparing every chunk as it completes. A file without them is hashed whole by the caller's thread, the finished
+ranges in order, read back from the page cache the writes just filled through one 1 MiB buffer. Either way memory
+stays at a few MiB whatever the engine's size. A blob whose size, SHA-256 or chunk digest differs from the manifest
+raises :class:`BlobCorrupt` before anything is published; the caller's staging directory is then discarded. Transient failures are retried by the client (see :mod:`trtwarm.remote.client`); a
 range that fails after that fails the pull.
 """
 
@@ -80,52 +81,100 @@ def _hash_range(fd: int, digest: Any, buffer: bytearray, start: int, length: int
         pos += got
 
 
+class _Chunks:
+    """The chunk digests of one range of a row with ``chunk_sha256`` (the range starts on a chunk boundary): fed the
+    range's pieces in order by the worker that writes them, it compares each chunk as it completes."""
+
+    def __init__(self, repo: Repository, row: dict[str, Any], start: int) -> None:
+        self.repo, self.row, self.size = repo, row, row["chunk_bytes"]
+        self.index, self.filled, self.digest, self.seconds = start // self.size, 0, hashlib.sha256(), 0.0
+
+    def feed(self, data: bytes) -> None:
+        """Hash *data*, the next bytes of the range. :raises BlobCorrupt: a chunk it completes does not match"""
+        started, view = time.monotonic(), memoryview(data)
+        while view:
+            take = min(len(view), self.size - self.filled)
+            self.digest.update(view[:take])  # hashlib releases the GIL for large buffers: the workers hash in parallel
+            self.filled, view = self.filled + take, view[take:]
+            if self.filled == self.size:
+                self._close()
+        self.seconds += time.monotonic() - started
+
+    def finish(self) -> None:
+        """The range ended (at the blob's end, or on a chunk boundary). :raises BlobCorrupt:"""
+        if self.filled:
+            self._close()
+
+    def _close(self) -> None:
+        got, sha, count = self.digest.hexdigest(), self.row["sha256"], len(self.row["chunk_sha256"])
+        if got != self.row["chunk_sha256"][self.index]:
+            start = self.index * self.size
+            raise BlobCorrupt(f"blob {sha[:16]} ({self.row['path']}) in {self.repo.url}: chunk {self.index + 1} of "
+                              f"{count} (bytes {start}-{start + self.filled - 1}) does not match its SHA-256 "
+                              f"(got {got[:16]}): refused", sha)
+        self.index, self.filled, self.digest = self.index + 1, 0, hashlib.sha256()
+
+
+def range_size(chunk: int, row: dict[str, Any]) -> int:
+    """The size of the ranges *row*'s blob is fetched in: *chunk* (``TRTWARM_REMOTE_CHUNK``), or for a row with chunk
+    digests *chunk* rounded down to a multiple of its ``chunk_bytes`` (at least one), so every range is whole chunks
+    and its worker can verify them alone."""
+    if "chunk_sha256" not in row:
+        return chunk
+    return max(1, chunk // row["chunk_bytes"]) * row["chunk_bytes"]
+
+
 def fetch_blob(repo: Repository, row: dict[str, Any], dest: Path, pool: ThreadPoolExecutor, stats: PullStats,
                chunk: int = CHUNK, window: int = WINDOW, *, verify: bool = True) -> None:
     """Download the blob of *row* (``sha256``, ``bytes``) into *dest*, verifying it. :raises BlobCorrupt, RemoteError:
 
     Every range is queued on *pool* at once (its *window* workers bound what is in flight); a worker streams its
-    range to the file in ``PIECE``-sized writes as the bytes arrive, and keeps nothing. The caller's thread hashes
-    the finished ranges in order from the file: fetching never waits for hashing (measured: hashing the ranges from
-    the buffers they arrived in stalled the fetches behind it and took a 16 MiB buffer per range, each a fresh
-    allocation the kernel had to fault in; README "Benchmarks").
+    range to the file in ``PIECE``-sized writes as the bytes arrive, and keeps nothing. A row with chunk digests
+    (:mod:`trtwarm.volume.chunks`) is verified by chunk: each worker hashes the pieces it writes, so *window* cores
+    hash at once and nothing is left to hash after the last byte. A row without them is hashed whole, in order, by
+    the caller's thread from the file: fetching never waits for hashing (measured: hashing the ranges from the
+    buffers they arrived in, in the caller's thread, stalled the fetches behind it and took a 16 MiB buffer per
+    range, each a fresh allocation the kernel had to fault in; README "Benchmarks").
 
     :param verify: False only for the benchmark that measures what verification costs (bench/bench_remote.py)
     """
     sha, size = row["sha256"], row["bytes"]
     path = _check_present(repo, row)
-    digest, buffer = hashlib.sha256(), bytearray(PIECE)
+    by_chunk = verify and "chunk_sha256" in row
+    span = range_size(chunk, row) if by_chunk else chunk
     fd = os.open(dest, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     # One writer at a time: the filesystem serialises writes to one file anyway (ext4 and XFS take the inode's
     # lock for a buffered write), and waiting on it spins in the kernel; measured (perf) at 13-16 % of the pull's
     # CPU with 4 workers, taken from the hash and the store. Waiting here sleeps instead.
     writing = threading.Lock()
 
-    def fetch(start: int) -> int:  # in a worker: the range lands on disk piece by piece (pwrite releases the GIL)
-        length, pos = min(chunk, size - start), start
+    def fetch(start: int) -> tuple[int, float]:  # in a worker: the range lands on disk piece by piece
+        length, pos = min(span, size - start), start
+        chunks = _Chunks(repo, row, start) if by_chunk else None
         for data in repo.client.stream_range(path, start, length, PIECE):
             if pos + len(data) > start + length:
                 break
             with writing:
-                while data:
-                    written = os.pwrite(fd, data, pos)
-                    data, pos = data[written:], pos + written
+                pos = _write(fd, data, pos)  # pwrite releases the GIL
+            landed[0] = max(landed[0], time.monotonic())
+            if chunks is not None:
+                chunks.feed(data)
         if pos != start + length:
             raise BlobCorrupt(f"blob {sha[:16]} ({row['path']}) in {repo.url}: the range at {start} came back "
                               f"{pos - start} bytes long, not {length} (truncated or replaced)", sha)
-        landed[0] = max(landed[0], time.monotonic())
-        return length
+        if chunks is None:
+            return length, 0.0
+        chunks.finish()
+        return length, chunks.seconds
 
-    landed = [0.0]  # when the last range finished landing
-    futures = [pool.submit(fetch, start) for start in range(0, size, chunk)]
+    landed = [0.0]  # when the last piece landed
+    starts = range(0, size, span)
+    futures = [pool.submit(fetch, start) for start in starts]
     try:
-        for future, start in zip(futures, range(0, size, chunk)):  # in order: the hash needs the bytes in sequence
-            length = future.result()
-            started = time.monotonic()
-            if verify:
-                _hash_range(fd, digest, buffer, start, length)
-            stats.hash_seconds += time.monotonic() - started
-            stats.bytes += length
+        got = _collect(futures, starts, fd, stats, whole=verify and not by_chunk)
+        if got is not None and got != sha:
+            raise BlobCorrupt(f"blob {sha[:16]} ({row['path']}) in {repo.url} does not match its SHA-256 "
+                              f"(got {got[:16]}): refused", sha)
         stats.tail_seconds += max(0.0, time.monotonic() - landed[0])
     except FileNotFoundError:
         raise BlobCorrupt(f"blob {sha[:16]} vanished from {repo.url} during the pull", sha) from None
@@ -136,9 +185,30 @@ def fetch_blob(repo: Repository, row: dict[str, Any], dest: Path, pool: ThreadPo
             with contextlib.suppress(Exception):
                 future.result()
         os.close(fd)
-    if verify and digest.hexdigest() != sha:
-        raise BlobCorrupt(f"blob {sha[:16]} ({row['path']}) in {repo.url} does not match its SHA-256 "
-                          f"(got {digest.hexdigest()[:16]}): refused", sha)
+
+
+def _write(fd: int, data: bytes, pos: int) -> int:
+    """Write all of *data* at *pos* of *fd*. :return: the position after it"""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, pos)
+        view, pos = view[written:], pos + written
+    return pos
+
+
+def _collect(futures: list[Any], starts: range, fd: int, stats: PullStats, *, whole: bool) -> str | None:
+    """Wait for the ranges in order (the first failure raises), adding to *stats*; with *whole* (a row without chunk
+    digests), hash the file in order as the ranges land. :return: the file's SHA-256 with *whole*, else None"""
+    digest, buffer = hashlib.sha256(), bytearray(PIECE if whole else 0)
+    for future, start in zip(futures, starts):
+        length, seconds = future.result()
+        stats.hash_seconds += seconds
+        if whole:
+            started = time.monotonic()
+            _hash_range(fd, digest, buffer, start, length)
+            stats.hash_seconds += time.monotonic() - started
+        stats.bytes += length
+    return digest.hexdigest() if whole else None
 
 
 def pull_into(repo: Repository, manifest: dict[str, Any], staging: Path, *, chunk: int = CHUNK,
@@ -163,4 +233,4 @@ def pull_into(repo: Repository, manifest: dict[str, Any], staging: Path, *, chun
     return stats
 
 
-__all__ = ["CHUNK", "WINDOW", "BlobCorrupt", "PullStats", "fetch_blob", "pull_into"]
+__all__ = ["CHUNK", "WINDOW", "BlobCorrupt", "PullStats", "fetch_blob", "pull_into", "range_size"]
