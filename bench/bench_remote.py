@@ -133,8 +133,9 @@ def bench_remote(work: Path, size: int = 1024 * MiB, repeat: int = 5) -> dict[st
                 "whole_hash_s": whole_best["hash_seconds"],
                 "whole_overhead": 1 - bare_best["seconds"] / whole_best["seconds"],
                 "cpu": {"pull": (best["cpu_s"], best["server_cpu_s"]),
-                        "whole-file pull": (whole_best["cpu_s"], whole_best["server_cpu_s"]), "bare": (bare_best["cpu_s"],
-                        bare_best["server_cpu_s"]), "curl": (curl["cpu_s"], curl["server_cpu_s"])},
+                        "whole-file pull": (whole_best["cpu_s"], whole_best["server_cpu_s"]),
+                        "bare": (bare_best["cpu_s"], bare_best["server_cpu_s"]),
+                        "curl": (curl["cpu_s"], curl["server_cpu_s"])},
                 "cpus": os.cpu_count(), "load": os.getloadavg()[0],
                 "init_pulled_s": _init_pull(work, env, sha, size, remote)}
     finally:

@@ -7,8 +7,9 @@ digests is verified by chunk, in parallel: its ranges are whole chunks and each 
 comparing every chunk as it completes. A file without them is hashed whole by the caller's thread, the finished
 ranges in order, read back from the page cache the writes just filled through one 1 MiB buffer. Either way memory
 stays at a few MiB whatever the engine's size. A blob whose size, SHA-256 or chunk digest differs from the manifest
-raises :class:`BlobCorrupt` before anything is published; the caller's staging directory is then discarded. Transient failures are retried by the client (see :mod:`trtwarm.remote.client`); a
-range that fails after that fails the pull.
+raises :class:`BlobCorrupt` before anything is published; the caller's staging directory is then discarded.
+Transient failures are retried by the client (see :mod:`trtwarm.remote.client`); a range that fails after that
+fails the pull.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ class PullStats:
     files: int = 0
     bytes: int = 0
     seconds: float = 0.0
+    #: time spent hashing, summed over the threads that hash (by chunk: the workers, in parallel; so it can exceed
+    #: the pull's wall time)
     hash_seconds: float = 0.0
     #: hashing after the last byte landed: what verification adds to a pull where a core is free to hash meanwhile
     tail_seconds: float = 0.0
@@ -89,7 +92,7 @@ class _Chunks:
         self.repo, self.row, self.size = repo, row, row["chunk_bytes"]
         self.index, self.filled, self.digest, self.seconds = start // self.size, 0, hashlib.sha256(), 0.0
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: memoryview) -> None:
         """Hash *data*, the next bytes of the range. :raises BlobCorrupt: a chunk it completes does not match"""
         started, view = time.monotonic(), memoryview(data)
         while view:

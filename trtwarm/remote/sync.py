@@ -127,7 +127,8 @@ class RemoteSync:
                 return None
             won = self.store.publish(staging, name, manifest, ref.get("signature"))
         self.stats.update(pulled_bytes=stats.bytes, pull_seconds=round(stats.seconds, 3),
-                          pull_hash_seconds=round(stats.hash_seconds, 3))
+                          pull_hash_seconds=round(stats.hash_seconds, 3),
+                          pull_tail_seconds=round(stats.tail_seconds, 3))
         log.info("pulled %s from %s: %d files, %.1f MiB in %.2f s", name, self.repo.url, stats.files,
                  stats.bytes / 2**20, stats.seconds)
         if not won:  # another entry took the name: not what was verified here, so the caller checks it in full
