@@ -66,8 +66,10 @@ def _files(info: EntryInfo) -> list[dict[str, Any]]:
             st = path.lstat()
             rec = recorded.get(rel, {})
             role = rec.get("role") or ("manifest" if rel in ("manifest.json", SIGNATURE) else "unlisted")
+            chunks = rec.get("chunk_sha256")
             out.append({"path": rel, "bytes": st.st_size, "sha256": rec.get("sha256"), "role": role,
-                        "symlink": path.is_symlink()})
+                        "symlink": path.is_symlink(), "chunk_bytes": rec.get("chunk_bytes"),
+                        "chunks": len(chunks) if isinstance(chunks, list) else None})
     return out
 
 
@@ -184,6 +186,12 @@ def _lease_line(lease: Mapping[str, Any], now: float) -> str:
     return f"{lease['holder']}: heartbeat {human_age(now - lease['heartbeat_ts'])} ago, {when}"
 
 
+def _chunks_note(f: Mapping[str, Any]) -> str:
+    if not f.get("chunks") or not isinstance(f.get("chunk_bytes"), int):
+        return ""
+    return f"  ({f['chunks']} chunk digests of {human_bytes(f['chunk_bytes'])})"
+
+
 def render(d: Mapping[str, Any], now: float) -> str:
     """The text form of :func:`describe`."""
     status = d["status"] if d["status"] == "ok" else f"{d['status']}: {d['problem']}"
@@ -200,7 +208,8 @@ def render(d: Mapping[str, Any], now: float) -> str:
     rows += [("leases" if i == 0 else "", _lease_line(lease, now)) for i, lease in enumerate(d["leases"])] or \
         [("leases", "none (no Pod uses it now)")]
     rows += [("files" if i == 0 else "", f"{f['path']}  {human_bytes(f['bytes'])}  {f['role']}"
-              + (f"  sha256 {f['sha256']}" if f["sha256"] else "") + ("  (a symlink!)" if f["symlink"] else ""))
+              + (f"  sha256 {f['sha256']}" if f["sha256"] else "") + _chunks_note(f)
+              + ("  (a symlink!)" if f["symlink"] else ""))
              for i, f in enumerate(d["files"])]
     rows.append(("init", d["init_command"] or "- (no readable key document)"))
     lines = [f"{k:<13}{v}" for k, v in rows]
