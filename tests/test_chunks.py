@@ -47,6 +47,11 @@ def test_a_malformed_chunk_list_is_named(extra: dict[str, Any], said: str) -> No
     assert problem is not None and said in problem
 
 
+def test_an_empty_file_has_no_chunks_to_check_so_a_chunk_list_for_it_is_refused() -> None:
+    """(else the pull would check nothing, not even the whole-file digest of zero bytes)"""
+    assert "empty file" in str(chunk_problem(_row(0, chunk_bytes=MiB, chunk_sha256=[])))
+
+
 def test_well_formed_and_absent_chunk_lists_pass_and_one_chunk_must_be_the_whole_file() -> None:
     assert chunk_problem(_row()) is None
     assert chunk_problem(_row(chunk_bytes=MiB, chunk_sha256=["b" * 64] * 4)) is None

@@ -190,7 +190,7 @@ def fetch_blob(repo: Repository, row: dict[str, Any], dest: Path, pool: ThreadPo
         os.close(fd)
 
 
-def _write(fd: int, data: bytes, pos: int) -> int:
+def _write(fd: int, data: memoryview, pos: int) -> int:
     """Write all of *data* at *pos* of *fd*. :return: the position after it"""
     view = memoryview(data)
     while view:

@@ -8,8 +8,9 @@ blobs are addressed by it, and readers without chunk support check it)::
     "chunk_bytes": 16777216, "chunk_sha256": ["<hex of bytes [0, 16 MiB)>", "<hex of [16 MiB, 32 MiB)>", ...]
 
 the last chunk being shorter. Both fields or neither; ``chunk_bytes`` a power of two from 1 MiB to 1 GiB;
-``len(chunk_sha256) == ceil(bytes / chunk_bytes)``; every digest 64 lower-case hex digits. The publish writes them
-for files larger than :data:`CHUNK_BYTES` only; a reader accepts any row that obeys these rules.
+``len(chunk_sha256) == ceil(bytes / chunk_bytes)``, at least one (an empty file has none: its whole digest is
+checked); every digest 64 lower-case hex digits; a single chunk's digest is the file's. The publish writes them for
+files larger than :data:`CHUNK_BYTES` only; a reader accepts any row that obeys these rules.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def chunk_problem(row: dict[str, Any]) -> str | None:
             and size & (size - 1) == 0):
         return f"has chunk_bytes {size!r}, not a power of two from 1 MiB to 1 GiB"
     count = -(-row["bytes"] // size)
+    if count == 0:
+        return "has chunk digests for an empty file"
     if not isinstance(digests, list) or len(digests) != count:
         got = len(digests) if isinstance(digests, list) else type(digests).__name__
         return f"has {got} chunk digests, not {count} ({row['bytes']} bytes in chunks of {size})"
