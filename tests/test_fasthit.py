@@ -287,4 +287,7 @@ def test_under_a_trust_policy_the_volume_stat_cache_is_not_believed(model: Path,
     own = _start(model, cache, tmp_path, *trust).summary["key"]  # this node's stamp directory now exists
     _forge_statcache(cache, model, other)  # pair model's stat identity with other's (also signed) engine
     run = _start(model, cache, tmp_path, *trust)
-    assert run.summary["key"] == own and run.summary["result"] == "hit", run.stderr  # hashed or memoised on the node
+    assert run.summary["key"] == own and run.summary["result"] == "hit", run.stderr  # memoised on the node
+    fresh = _start(model, cache, tmp_path, *trust, "--stamp-dir", str(tmp_path / "new-node"))  # no memo of its own:
+    assert fresh.summary["key"] == own and fresh.summary["result"] == "hit", fresh.stderr  # the volume's, checked
+    assert "names digests its files do not have" in fresh.stderr

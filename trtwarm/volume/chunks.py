@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +65,8 @@ def hash_file(path: Path, chunk_bytes: int = CHUNK_BYTES) -> tuple[str, int, lis
     once (hashlib releases the GIL for large buffers): on two cores the pass costs one hash, not two. The chunk list
     is returned whatever the size; the caller writes it only for files larger than one chunk.
     """
+    from concurrent.futures import ThreadPoolExecutor  # here: only a publish hashes this way, never a hit
+
     whole, chunk, digests, size, filled = hashlib.sha256(), hashlib.sha256(), [], 0, 0
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trtwarm-chunks") as helper, \
             open(path, "rb", buffering=0) as handle:

@@ -15,7 +15,7 @@ import os
 import time
 from pathlib import Path
 
-from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS, TooLarge, atomic_write_json, read_bounded
+from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS, TooLarge, atomic_write_json, read_bounded, sha256_file
 from trtwarm.model import ModelFacts, check_model_path, inspect_uncached
 
 log = logging.getLogger("trtwarm.statcache")
@@ -72,16 +72,31 @@ def _store(record: Path, model: Path, facts: ModelFacts, stamps: dict[str, list[
         log.debug("stat cache not written (%s): %s", record, exc.strerror)  # a read-only volume still works
 
 
-def inspect_model(model: Path, cache_dir: Path | None) -> tuple[ModelFacts, bool]:
+def _digests_hold(model: Path, facts: ModelFacts) -> bool:
+    """Whether the model's files still hash to the digests *facts* names (an untrusted record's check)."""
+    files = [(model, facts.onnx.sha256), *((model.parent / f.location, f.sha256) for f in facts.external)]
+    try:
+        return all(sha256_file(path)[0] == digest for path, digest in files)
+    except OSError:
+        return False
+
+
+def inspect_model(model: Path, cache_dir: Path | None, *, rehash: bool = False) -> tuple[ModelFacts, bool]:
     """Return the model's facts and whether they came from the stat cache.
 
     :param cache_dir: the stat cache directory, or None to always hash
+    :param rehash: the stat cache may have been written by someone this start does not trust (the volume's, under a
+        trust policy): a record is used only when the model's files hash to its digests, which saves parsing the
+        model (importing onnx), not hashing it
     :raises ModelError: see :func:`trtwarm.model.inspect_uncached`
     """
     check_model_path(model)
     record = record_path(cache_dir, model) if cache_dir is not None else None
     if record is not None and (facts := _load(record, model)) is not None:
-        return facts, True
+        if not rehash or _digests_hold(model, facts):
+            return facts, True
+        log.warning("the stat cache's record of %s names digests its files do not have (altered on the volume?); "
+                    "ignoring it", model)
     before: dict[str, os.stat_result] = {}
     facts = inspect_uncached(model, before)
     stamps = _stamps(model, facts)
