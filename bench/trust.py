@@ -65,8 +65,8 @@ def bench_trust(work: Path, init_argv, env: dict[str, str], timed, model: Path, 
         on.append(timed(enforce))  # its stamp directory (<handoff>/stamps) holds the verdict after the first run
         fresh.append(timed([*enforce, "--stamp-dir", str(work / f"fresh{i}")]))  # a new node: the check runs
         full_off.append(timed([*argv, *stamped], *records))
+        stamp_off.append(timed([*argv, *stamped]))  # a repeat of the hit the run before recorded (README, stamps)
         full_on.append(timed([*enforce, *stamped], *records))
-        stamp_off.append(timed([*argv, *stamped]))  # both repeat the hit the run before recorded (README, stamps)
         stamp_on.append(timed([*enforce, *stamped]))
     entry, policy = next((cache / "entries").iterdir()), work / "policy.json"
     cold, warm = [], []
