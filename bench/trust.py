@@ -1,7 +1,8 @@
 """The signature check on the hit path: a hit under ``--trust-mode enforce`` vs the same hit with trust off, and, in one
 process, what the check costs once the entry is hashed (reading the signature, one Ed25519 verification, and importing
 ``cryptography`` unless init's background import of it has finished by then), without and with that preload; and
-the same pair of hits under ``--verify stamp``, resolving in full and as repeats of the node's hit record. A node records each signature it verified in its stamp directory
+the same pair of hits under ``--verify stamp``, resolving in full and as repeats of the node's hit record. A node
+records each signature it verified in its stamp directory
 (``sig-<fingerprint>.json``) and checks it only once: the digest and stamp rows are hits on a node that verified the
 signature before, the "first check" row gives each hit a new stamp directory, so each checks the signature."""
 

@@ -17,8 +17,8 @@ Kubernetes Events to send. What a record proves is what the stamps and signature
 directory, same owner rules, same threat model: :mod:`trtwarm.volume.stamps`). Nothing is written before every
 check has passed.
 
-Imports: ``json``, ``os``, ``signal``, ``sys``, ``time``, ``zlib`` and two leaf modules, on purpose: they are the whole cost
-(for a GPU, :mod:`trtwarm.gpu` and NVML too).
+Imports: ``json``, ``os``, ``signal``, ``sys``, ``time``, ``zlib`` and two leaf modules, on purpose: they are the
+whole cost (for a GPU, :mod:`trtwarm.gpu` and NVML too).
 """
 
 from __future__ import annotations

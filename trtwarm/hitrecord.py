@@ -76,7 +76,8 @@ def remember(plan: Plan, entry: Entry, report: WarmReport, warnings: list[list[s
     layout = plan.layout
     record = {"schema": fasthit.SCHEMA, "version": __version__, "start": start, "boot_id": fasthit.boot_id(),
               "expires": plan.stamps.oldest + s.stamp_max_age, "witnesses": witnesses, "files": plan.stamps.vouched,
-              "device": dict(zip(("choice", "hardware_compat"), plan.builder.device_probe()), fields=plan.doc["device"]),
+              "device": dict(zip(("choice", "hardware_compat"), plan.builder.device_probe()),
+                             fields=plan.doc["device"]),
               "lease": {"root": str(layout.leases), "volume": str(layout.root), "key": plan.key, "name": plan.name,
                         "not_taken": {why: leases.not_taken(why, plan.label) for why in ("full", "read-only")}},
               "use": {"path": str(layout.use_path(plan.key)), "volume": str(layout.root)},

@@ -204,18 +204,7 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
     """Run ``trtwarm init``: return the report after writing the hand-off. :raises TrtwarmError: see errors."""
     start = time.monotonic()
     remote = _remote(settings, events)
-    if settings.trust_policy is not None and settings.trust_mode != "off" and not _has_records(settings):
-        # the verifier's import overlaps with the key and the hashing (README, Benchmarks); where this node keeps a
-        # stamp directory already, the signature was most likely verified before and is not checked again
-        keys.preload()
-    if on_volume(settings.handoff_dir, settings.cache_dir):  # its `engine` link decides what the server loads
-        raise HandoffOnVolume(f"the hand-off directory {settings.handoff_dir} is on the cache volume "
-                              f"{settings.cache_dir}: a writer of the volume could point the server at any file",
-                              hint="mount an emptyDir at --handoff-dir, shared with the inference container only")
-    handoff.clear(settings.handoff_dir)
-    if not settings.read_only and not Layout(settings.cache_dir).statcache.is_dir():
-        with contextlib.suppress(VolumeError):  # surfaces again, with its reason, if a build turns out to be needed
-            Layout(settings.cache_dir).ensure()  # so the first start already memoises the model's digests
+    _prepare(settings)
     with hitrecord.warnings_said() as said:
         plan = resolve(settings)
     plan.events = events
@@ -243,6 +232,23 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
         plan.remote.push(entry)  # after the hand-off, which is durable first; see README "Choices made"
         _hand_off(settings, report, entry, plan.builder.name)  # again, with the push's bytes and seconds
     return report
+
+
+def _prepare(settings: Settings) -> None:
+    """Before the key: start the verifier's import, refuse a hand-off on the volume, set the last hand-off aside,
+    and lay out a new volume (so the first start already memoises the model's digests)."""
+    if settings.trust_policy is not None and settings.trust_mode != "off" and not _has_records(settings):
+        # the verifier's import overlaps with the key and the hashing (README, Benchmarks); where this node keeps a
+        # stamp directory already, the signature was most likely verified before and is not checked again
+        keys.preload()
+    if on_volume(settings.handoff_dir, settings.cache_dir):  # its `engine` link decides what the server loads
+        raise HandoffOnVolume(f"the hand-off directory {settings.handoff_dir} is on the cache volume "
+                              f"{settings.cache_dir}: a writer of the volume could point the server at any file",
+                              hint="mount an emptyDir at --handoff-dir, shared with the inference container only")
+    handoff.clear(settings.handoff_dir)
+    if not settings.read_only and not Layout(settings.cache_dir).statcache.is_dir():
+        with contextlib.suppress(VolumeError):  # surfaces again, with its reason, if a build turns out to be needed
+            Layout(settings.cache_dir).ensure()
 
 
 def _emit_outcome(plan: Plan, result: str) -> None:

@@ -141,44 +141,19 @@ def fetch_blob(repo: Repository, row: dict[str, Any], dest: Path, pool: ThreadPo
 
     :param verify: False only for the benchmark that measures what verification costs (bench/bench_remote.py)
     """
-    sha, size = row["sha256"], row["bytes"]
-    path = _check_present(repo, row)
+    sha = row["sha256"]
     by_chunk = verify and "chunk_sha256" in row
     span = range_size(chunk, row) if by_chunk else chunk
     fd = os.open(dest, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-    # One writer at a time: the filesystem serialises writes to one file anyway (ext4 and XFS take the inode's
-    # lock for a buffered write), and waiting on it spins in the kernel; measured (perf) at 13-16 % of the pull's
-    # CPU with 4 workers, taken from the hash and the store. Waiting here sleeps instead.
-    writing = threading.Lock()
-
-    def fetch(start: int) -> tuple[int, float]:  # in a worker: the range lands on disk piece by piece
-        length, pos = min(span, size - start), start
-        chunks = _Chunks(repo, row, start) if by_chunk else None
-        for data in repo.client.stream_range(path, start, length, PIECE):
-            if pos + len(data) > start + length:
-                break
-            with writing:
-                pos = _write(fd, data, pos)  # pwrite releases the GIL
-            landed[0] = max(landed[0], time.monotonic())
-            if chunks is not None:
-                chunks.feed(data)
-        if pos != start + length:
-            raise BlobCorrupt(f"blob {sha[:16]} ({row['path']}) in {repo.url}: the range at {start} came back "
-                              f"{pos - start} bytes long, not {length} (truncated or replaced)", sha)
-        if chunks is None:
-            return length, 0.0
-        chunks.finish()
-        return length, chunks.seconds
-
-    landed = [0.0]  # when the last piece landed
-    starts = range(0, size, span)
+    fetch = _RangeWriter(repo, row, _check_present(repo, row), fd, span, by_chunk)
+    starts = range(0, row["bytes"], span)
     futures = [pool.submit(fetch, start) for start in starts]
     try:
         got = _collect(futures, starts, fd, stats, whole=verify and not by_chunk)
         if got is not None and got != sha:
             raise BlobCorrupt(f"blob {sha[:16]} ({row['path']}) in {repo.url} does not match its SHA-256 "
                               f"(got {got[:16]}): refused", sha)
-        stats.tail_seconds += max(0.0, time.monotonic() - landed[0])
+        stats.tail_seconds += max(0.0, time.monotonic() - fetch.landed)
     except FileNotFoundError:
         raise BlobCorrupt(f"blob {sha[:16]} vanished from {repo.url} during the pull", sha) from None
     finally:
@@ -188,6 +163,40 @@ def fetch_blob(repo: Repository, row: dict[str, Any], dest: Path, pool: ThreadPo
             with contextlib.suppress(Exception):
                 future.result()
         os.close(fd)
+
+
+class _RangeWriter:
+    """A worker's job: fetch one range of a blob and land it in the file piece by piece (and, by chunk, hash it)."""
+
+    def __init__(self, repo: Repository, row: dict[str, Any], path: str, fd: int, span: int, by_chunk: bool) -> None:
+        self.repo, self.row, self.path, self.fd, self.span, self.by_chunk = repo, row, path, fd, span, by_chunk
+        # One writer at a time: the filesystem serialises writes to one file anyway (ext4 and XFS take the inode's
+        # lock for a buffered write), and waiting on it spins in the kernel; measured (perf) at 13-16 % of the
+        # pull's CPU with 4 workers, taken from the hash and the store. Waiting here sleeps instead.
+        self.writing = threading.Lock()
+        self.landed = 0.0  # when the last piece landed
+
+    def __call__(self, start: int) -> tuple[int, float]:
+        """Fetch the range at *start*: ``(its length, seconds spent hashing it)``. :raises BlobCorrupt:"""
+        row, size = self.row, self.row["bytes"]
+        length, pos = min(self.span, size - start), start
+        chunks = _Chunks(self.repo, row, start) if self.by_chunk else None
+        for data in self.repo.client.stream_range(self.path, start, length, PIECE):
+            if pos + len(data) > start + length:
+                break
+            with self.writing:
+                pos = _write(self.fd, data, pos)  # pwrite releases the GIL
+            self.landed = max(self.landed, time.monotonic())
+            if chunks is not None:
+                chunks.feed(data)
+        if pos != start + length:
+            raise BlobCorrupt(f"blob {row['sha256'][:16]} ({row['path']}) in {self.repo.url}: the range at {start} "
+                              f"came back {pos - start} bytes long, not {length} (truncated or replaced)",
+                              row["sha256"])
+        if chunks is None:
+            return length, 0.0
+        chunks.finish()
+        return length, chunks.seconds
 
 
 def _write(fd: int, data: memoryview, pos: int) -> int:
