@@ -32,6 +32,7 @@ import time
 import zlib
 
 from trtwarm import __version__
+from trtwarm.fileinfo import FULL_ERRNOS, READ_ONLY_ERRNOS, identity, safely_owned
 from trtwarm.names import holder
 from trtwarm.podenv import events_configured
 
@@ -45,9 +46,6 @@ SCHEMA = 1
 #: other's hits (the lease is named after the Pod anew each time); and a shell's bookkeeping (cwd is compared)
 POD_OWN = frozenset({"HOSTNAME", "POD_NAME", "POD_UID", "POD_IP", "POD_IPS", "_", "SHLVL", "PWD", "OLDPWD"})
 LIMIT = 1 << 20  # a record holds the environment: a namespace's service variables can make it tens of KiB
-#: = trtwarm.fsutil's FULL_ERRNOS and READ_ONLY_ERRNOS (not imported: hashlib, pathlib)
-_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
-_READ_ONLY = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 DEFAULT_HANDOFF_DIR = "/trtwarm"  # = config.DEFAULT_HANDOFF_DIR, not imported (config imports argparse)
 
 
@@ -78,11 +76,6 @@ def stamp_dir(args: list[str], environ: Mapping[str, str]) -> str:
     return os.path.abspath(found)
 
 
-def safely_owned(st: os.stat_result) -> bool:
-    """This uid's or root's, and not writable by group or others (the stamps' rule, :mod:`trtwarm.volume.stamps`)."""
-    return st.st_uid in (os.geteuid(), 0) and not st.st_mode & 0o022
-
-
 def boot_id() -> str:
     """This boot of this node (the CPU in the key cannot change without one)."""
     try:
@@ -90,11 +83,6 @@ def boot_id() -> str:
             return handle.read().strip()
     except OSError:
         return ""
-
-
-def identity(st: os.stat_result) -> list[int]:
-    """= :func:`trtwarm.volume.statcache.identity` (not imported: hashlib, pathlib): any write changes ctime."""
-    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
 def attempt(args: list[str], environ: Mapping[str, str]) -> int | None:
@@ -218,9 +206,9 @@ def _take_lease(lease: dict[str, Any], environ: Mapping[str, str]) -> str | None
         _replace(os.path.join(directory, holder(pod, namespace, host) + ".json"),
                  json.dumps(doc, indent=2, sort_keys=True) + "\n", _file_mode(lease["volume"]))
     except OSError as exc:
-        if exc.errno in _FULL:
+        if exc.errno in FULL_ERRNOS:
             return "full"
-        if exc.errno in _READ_ONLY | {errno.ENOENT}:
+        if exc.errno in READ_ONLY_ERRNOS | {errno.ENOENT}:
             return "read-only"
         raise
     return None
@@ -239,7 +227,7 @@ def _touch(use: dict[str, str]) -> None:
         except FileNotFoundError:
             os.close(os.open(use["path"], os.O_WRONLY | os.O_CREAT, _file_mode(use["volume"])))
     except OSError as exc:
-        if exc.errno not in _READ_ONLY | _FULL | {errno.ENOENT}:
+        if exc.errno not in READ_ONLY_ERRNOS | FULL_ERRNOS | {errno.ENOENT}:
             raise
 
 
@@ -300,5 +288,4 @@ class _Log:
             pass
 
 
-__all__ = ["LIMIT", "POD_OWN", "SCHEMA", "attempt", "boot_id", "identity", "record_name", "safely_owned", "stamp_dir",
-           "start_of"]
+__all__ = ["LIMIT", "POD_OWN", "SCHEMA", "attempt", "boot_id", "record_name", "stamp_dir", "start_of"]

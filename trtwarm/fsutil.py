@@ -6,19 +6,16 @@ in the same directory, fsync it, rename it over the target once, fsync the direc
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from trtwarm.fileinfo import FULL_ERRNOS, READ_ONLY_ERRNOS
+
 _CHUNK = 4 * 1024 * 1024
 
-#: errno values that mean "this volume cannot be written", as opposed to a bug.
-READ_ONLY_ERRNOS = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
-#: errno values that mean "the volume is full".
-FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 class Mount(NamedTuple):

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm import __version__, fasthit
+from trtwarm.fileinfo import identity
 from trtwarm.fsutil import atomic_write_json
 from trtwarm.handoff import WarmReport
 from trtwarm.plan import Plan
@@ -116,7 +117,7 @@ def _witnesses(plan: Plan, entry: Entry) -> list[list[Any]] | None:
             return None
         if path not in renamed and now - max(st.st_mtime_ns, st.st_ctime_ns) / 1e9 < RACY_SECONDS:
             return None
-        found.append([str(Path(path)), fasthit.identity(st), follow])
+        found.append([str(Path(path)), identity(st), follow])
     return found
 
 

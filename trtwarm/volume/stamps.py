@@ -44,6 +44,7 @@ import stat
 import time
 from pathlib import Path
 
+from trtwarm.fileinfo import safely_owned
 from trtwarm.fsutil import TooLarge, atomic_write_json, mount_of, read_bounded, sha256_file
 from trtwarm.volume.statcache import RACY_SECONDS, identity  # a stamp is keyed as the stat cache is
 
@@ -51,14 +52,9 @@ log = logging.getLogger("trtwarm.stamps")
 #: how long a stamp is trusted before the file is hashed again (catches silent media corruption)
 MAX_AGE_SECONDS = 24 * 3600.0
 _LIMIT = 4096
-_UNSAFE_MODE = stat.S_IWGRP | stat.S_IWOTH
 #: the names of stamps (``<dev>-<inode>.json``), signature records (``sig-<sha256>.json``) and hit records
 #: (``hit-<crc32>.json``, :mod:`trtwarm.fasthit`)
 _OURS = re.compile(r"[0-9a-f]+-[0-9a-f]+\.json|sig-[0-9a-f]{64}\.json|hit-[0-9a-f]{8}\.json")
-
-
-def _owned_safely(st: os.stat_result) -> bool:
-    return st.st_uid in (os.geteuid(), 0) and not st.st_mode & _UNSAFE_MODE
 
 
 def _unsafe_because(st: os.stat_result) -> str:
@@ -118,7 +114,7 @@ class StampBook:
         except OSError as exc:
             log.warning("stamp directory %s is unusable (%s); %s", self.directory, exc.strerror, self._without)
             return False
-        if not _owned_safely(st):
+        if not safely_owned(st):
             log.warning("ignoring stamps in %s: %s (a forged stamp could vouch for an altered engine); %s",
                         self.directory, _unsafe_because(st), self._without)
             return False
@@ -169,7 +165,7 @@ class StampBook:
         except (OSError, TooLarge, ValueError) as exc:
             log.debug("ignoring unreadable stamp %s: %s", record, exc)
             return None
-        if not _owned_safely(owner):
+        if not safely_owned(owner):
             log.warning("ignoring stamp %s: %s", record, _unsafe_because(owner))
             return None
         return doc if isinstance(doc, dict) else None

@@ -16,17 +16,13 @@ import time
 from pathlib import Path
 
 from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS, TooLarge, atomic_write_json, read_bounded, sha256_file
+from trtwarm.fileinfo import identity
 from trtwarm.model import ModelFacts, check_model_path, inspect_uncached
 
 log = logging.getLogger("trtwarm.statcache")
 #: a file changed less than this before it was read is not memoised (here, in stamps or in ls's manifest index)
 RACY_SECONDS = 2.0
 _LIMIT = 1 << 20
-
-
-def identity(st: os.stat_result) -> list[int]:
-    """A file's identity for memoising what its bytes gave: any write changes at least ``ctime_ns``."""
-    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
 def record_path(cache_dir: Path, model: Path) -> Path:
