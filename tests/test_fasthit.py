@@ -291,3 +291,14 @@ def test_under_a_trust_policy_the_volume_stat_cache_is_not_believed(model: Path,
     fresh = _start(model, cache, tmp_path, *trust, "--stamp-dir", str(tmp_path / "new-node"))  # no memo of its own:
     assert fresh.summary["key"] == own and fresh.summary["result"] == "hit", fresh.stderr  # the volume's, checked
     assert "names digests its files do not have" in fresh.stderr
+
+
+def test_under_a_trust_policy_the_node_memoises_the_model_from_the_volume_without_parsing_it(
+        model: Path, cache: Path, tmp_path: Path) -> None:
+    trust, _keys = _signed(model, cache, tmp_path)
+    assert _start(model, cache, tmp_path, *trust).summary["result"] == "hit"  # this node's stamp directory now exists
+    second = _start(model, cache, tmp_path, *trust, env={**POD, "PYTHONPROFILEIMPORTTIME": "1"})
+    assert second.summary["result"] == "hit"
+    imported = {line.rsplit("|", 1)[1].strip() for line in second.stderr.splitlines() if line.startswith("import time")}
+    assert "onnx" not in imported, "the volume's record, its digests checked, spares parsing the model (onnx: 0.5 s)"
+    assert len(list((tmp_path / "h" / "stamps" / "statcache").glob("*.json"))) == 1  # and is memoised on the node

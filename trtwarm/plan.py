@@ -94,15 +94,17 @@ def _stamps(settings: Settings, trusting: bool) -> StampBook | None:
     return StampBook(settings.stamp_dir, settings.stamp_max_age, files=settings.verify == "stamp")
 
 
-def _memo_dir(layout: Layout, book: StampBook | None, trusting: bool) -> tuple[Path | None, bool]:
-    """Where the model's digests are memoised (None: nowhere), and whether a record there must be checked against
-    the model's bytes. Under a trust policy a writer of the volume could pair this model's stat identity with
-    another model's digest in the volume's stat cache, and so choose which signed engine is handed over: the
-    node's stamp directory memoises instead, once it exists; until then the volume's records are used only for
-    what their digests prove (the model is hashed, not parsed)."""
+def _memo_dir(layout: Layout, book: StampBook | None, trusting: bool) -> tuple[Path | None, bool, Path | None]:
+    """Where the model's digests are memoised (None: nowhere), whether a record there must be checked against the
+    model's bytes, and an untrusted stat cache to consult (so checked) when that one has none. Under a trust policy
+    a writer of the volume could pair this model's stat identity with another model's digest in the volume's stat
+    cache, and so choose which signed engine is handed over: the node's stamp directory memoises instead, once it
+    exists; until then, and for its first record, the volume's records are used only for what their digests prove
+    (the model is hashed, not parsed)."""
+    volume = layout.statcache if layout.statcache.is_dir() else None
     if trusting and book is not None and book.directory.is_dir() and book.usable():
-        return book.directory / "statcache", False
-    return (layout.statcache if layout.statcache.is_dir() else None), trusting
+        return book.directory / "statcache", False, volume
+    return volume, trusting, None
 
 
 def resolve(settings: Settings) -> Plan:
@@ -118,8 +120,8 @@ def resolve(settings: Settings) -> Plan:
     book = _stamps(settings, gate.mode != "off")
     builder = get_builder(settings)
     identity = builder.identity()
-    memo, rehash = _memo_dir(layout, book, gate.mode != "off")
-    facts, _cached = inspect_model(settings.model, memo, rehash=rehash)
+    memo, rehash, fallback = _memo_dir(layout, book, gate.mode != "off")
+    facts, _cached = inspect_model(settings.model, memo, rehash=rehash, fallback=fallback)
     doc = key_document(model_fields(facts), identity, builder.device(), builder.build_fields(facts))
     key = key_of(doc)
     unshaped = unshaped_dynamic_inputs(facts, settings.shapes or (settings.profiles[0] if settings.profiles else ()))

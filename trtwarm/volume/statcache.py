@@ -77,13 +77,16 @@ def _digests_hold(model: Path, facts: ModelFacts) -> bool:
         return False
 
 
-def inspect_model(model: Path, cache_dir: Path | None, *, rehash: bool = False) -> tuple[ModelFacts, bool]:
-    """Return the model's facts and whether they came from the stat cache.
+def inspect_model(model: Path, cache_dir: Path | None, *, rehash: bool = False,
+                  fallback: Path | None = None) -> tuple[ModelFacts, bool]:
+    """Return the model's facts and whether they came from a stat cache.
 
     :param cache_dir: the stat cache directory, or None to always hash
     :param rehash: the stat cache may have been written by someone this start does not trust (the volume's, under a
         trust policy): a record is used only when the model's files hash to its digests, which saves parsing the
         model (importing onnx), not hashing it
+    :param fallback: such an untrusted stat cache, consulted (as with *rehash*) when *cache_dir* has no record; a
+        record whose digests hold is then memoised in *cache_dir*
     :raises ModelError: see :func:`trtwarm.model.inspect_uncached`
     """
     check_model_path(model)
@@ -91,8 +94,13 @@ def inspect_model(model: Path, cache_dir: Path | None, *, rehash: bool = False) 
     if record is not None and (facts := _load(record, model)) is not None:
         if not rehash or _digests_hold(model, facts):
             return facts, True
-        log.warning("the stat cache's record of %s names digests its files do not have (altered on the volume?); "
-                    "ignoring it", model)
+        _ignored(model)
+    if fallback is not None and (facts := _load(record_path(fallback, model), model)) is not None:
+        if _digests_hold(model, facts):
+            if record is not None and (stamps := _stamps(model, facts)) is not None:
+                _store(record, model, facts, stamps)
+            return facts, True
+        _ignored(model)
     before: dict[str, os.stat_result] = {}
     facts = inspect_uncached(model, before)
     stamps = _stamps(model, facts)
@@ -101,5 +109,9 @@ def inspect_model(model: Path, cache_dir: Path | None, *, rehash: bool = False) 
         _store(record, model, facts, stamps)
     return facts, False
 
+
+def _ignored(model: Path) -> None:
+    log.warning("the stat cache's record of %s names digests its files do not have (altered on the volume?); "
+                "ignoring it", model)
 
 __all__ = ["RACY_SECONDS", "identity", "inspect_model", "record_path"]
