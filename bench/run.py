@@ -72,8 +72,9 @@ def _model(work: Path) -> Path:
     return model
 
 
-FLOOR_HASH = ("import hashlib,sys\nh=hashlib.sha256()\nwith open(sys.argv[1],'rb',buffering=0) as f:\n"
-              "    while b:=f.read(4<<20): h.update(b)\nprint(h.hexdigest())")
+FLOOR_HASH = ("import hashlib,sys\nh=hashlib.sha256()\nb=bytearray(4<<20)\nv=memoryview(b)\n"
+              "with open(sys.argv[1],'rb',buffering=0) as f:\n    while n:=f.readinto(b): h.update(v[:n])\n"
+              "print(h.hexdigest())")
 
 
 def _engine_source(work: Path, size: int) -> Path:

@@ -22,12 +22,11 @@ MiB = 1 << 20
 _TRUST_PROBE = """
 import sys, time
 from pathlib import Path
-from trtwarm.trust import keys
 from trtwarm.trust.policy import Gate
 from trtwarm.volume.store import check_entry
-if sys.argv[3] == "preload":
-    keys.preload()  # what init does first under a policy
 gate = Gate.create(Path(sys.argv[1]), "enforce")  # init's order: the gate, then hashing the entry, then the check
+if sys.argv[3] == "preload":
+    gate.preload()  # what init does right before hashing, on a node without a stamp directory
 entry = check_entry(Path(sys.argv[2]), None)
 ready, cpu = time.perf_counter(), time.process_time()
 gate.check(entry)
@@ -42,7 +41,7 @@ def _probe(policy: Path, entry: Path, mode: str, env: dict[str, str]) -> list[fl
 
 
 def bench_trust(work: Path, init_argv, env: dict[str, str], timed, model: Path, size: int = 10 * MiB,  # noqa: ANN001
-                repeat: int = 15) -> dict[str, object]:
+                repeat: int = 30) -> dict[str, object]:
     """A hit with signature verification (enforce) vs without; and, in one process, the check after hashing the
     entry, with and without the verifier's import started in the background first (as init does)."""
     cache = work / "cache"
@@ -59,31 +58,57 @@ def bench_trust(work: Path, init_argv, env: dict[str, str], timed, model: Path, 
     stamped = ["--verify", "stamp", "--stamp-dir", str(work / "stamps")]
     time.sleep(2.1)  # past the racy window: the engine was just written, and a younger file is not stamped
     subprocess.run([*enforce, *stamped], check=True, capture_output=True, env=env)  # this node: stamp, verify, record
-    off, on, fresh, stamp_off, stamp_on, full_off, full_on = [], [], [], [], [], [], []
-    records = (work / "stamps", "hit-*.json")  # removed first: the stamped hit then resolves in full
-    for i in range(repeat):  # interleaved, so a change of machine load hits both alike
-        off.append(timed(argv))
-        on.append(timed(enforce))  # its stamp directory (<handoff>/stamps) holds the verdict after the first run
-        fresh.append(timed([*enforce, "--stamp-dir", str(work / f"fresh{i}")]))  # a new node: the check runs
-        full_off.append(timed([*argv, *stamped], *records))
-        stamp_off.append(timed([*argv, *stamped]))  # a repeat of the hit the run before recorded (README, stamps)
-        full_on.append(timed([*enforce, *stamped], *records))
-        stamp_on.append(timed([*enforce, *stamped]))
+    runs = _rounds(work, argv, enforce, stamped, timed, repeat)
     entry, policy = next((cache / "entries").iterdir()), work / "policy.json"
-    cold, warm = [], []
-    for _ in range(repeat):
-        cold.append(_probe(policy, entry, "cold", env))
-        warm.append(_probe(policy, entry, "preload", env))
-    off_s, on_s = statistics.median(off), statistics.median(on)
-    s_off, s_on, first = statistics.median(stamp_off), statistics.median(stamp_on), statistics.median(fresh)
-    return {"first_s": first, "first_added_s": first - off_s, "first_ratio": first / off_s,
-            "first_ok": first - off_s <= 0.005, "engine": f"{size // MiB} MiB", "off_s": off_s, "enforce_s": on_s,
-            "added_s": on_s - off_s,
-            "ratio": on_s / off_s, "check_s": statistics.median(p[0] for p in cold),
-            "check_cpu_s": statistics.median(p[1] for p in cold), "preloaded_s": statistics.median(p[0] for p in warm),
-            "ok": on_s - off_s <= 0.005, "stamp_off_s": s_off, "stamp_enforce_s": s_on, "stamp_added_s": s_on - s_off,
-            "stamp_ratio": s_on / s_off, "stamp_ok": s_on - s_off <= 0.005, "load": os.getloadavg()[0],
-            "full_off_s": statistics.median(full_off), "full_on_s": statistics.median(full_on)}
+    probes = {mode: [_probe(policy, entry, mode, env) for _ in range(repeat)] for mode in ("cold", "preload")}
+    return {**_figures(runs), "engine": f"{size // MiB} MiB", "repeat": repeat, "load": os.getloadavg()[0],
+            "check_s": statistics.median(p[0] for p in probes["cold"]),
+            "check_cpu_s": statistics.median(p[1] for p in probes["cold"]),
+            "preloaded_s": statistics.median(p[0] for p in probes["preload"])}
+
+
+def _rounds(work: Path, argv: list[str], enforce: list[str], stamped: list[str], timed,  # noqa: ANN001
+            repeat: int) -> dict[str, list[float]]:
+    """Each hit with a check beside the same hit without, the two in turn first: neither a change of machine load
+    nor the order of the runs favours a side."""
+    runs: dict[str, list[float]] = {}
+    records = (work / "stamps", "hit-*.json")  # removed first: the stamped hit then resolves in full
+    for i in range(repeat):
+        first = [("off_first", argv, ()), ("fresh", [*enforce, "--stamp-dir", str(work / f"fresh{i}")], ())]
+        digest = [("off", argv, ()), ("on", enforce, ())]  # <handoff>/stamps has the verdict after the first run
+        # resolving in full (the records removed first), then a repeat of the record that run left
+        stamp = [[("full_off", [*argv, *stamped], records), ("stamp_off", [*argv, *stamped], ())],
+                 [("full_on", [*enforce, *stamped], records), ("stamp_on", [*enforce, *stamped], ())]]
+        for name, command, remove in [*_turn(first, i), *_turn(digest, i), *(r for side in _turn(stamp, i)
+                                                                              for r in side)]:
+            runs.setdefault(name, []).append(timed(command, *remove))
+    return runs
+
+
+def _figures(runs: dict[str, list[float]]) -> dict[str, object]:
+    """Medians, ratios, and what each check adds (the median of its paired differences) against the target."""
+    med = {name: statistics.median(times) for name, times in runs.items()}
+    added = {row: _paired(runs[test], runs[base]) for row, test, base in
+             (("first", "fresh", "off_first"), ("digest", "on", "off"), ("full", "full_on", "full_off"),
+              ("stamp", "stamp_on", "stamp_off"))}
+    return {"first_s": med["fresh"], "first_off_s": med["off_first"], "first_added_s": added["first"],
+            "first_ratio": med["fresh"] / med["off_first"], "first_ok": added["first"] <= 0.005,
+            "off_s": med["off"], "enforce_s": med["on"], "added_s": added["digest"], "ratio": med["on"] / med["off"],
+            "ok": added["digest"] <= 0.005, "full_off_s": med["full_off"], "full_on_s": med["full_on"],
+            "full_added_s": added["full"], "stamp_off_s": med["stamp_off"], "stamp_enforce_s": med["stamp_on"],
+            "stamp_added_s": added["stamp"], "stamp_ratio": med["stamp_on"] / med["stamp_off"],
+            "stamp_ok": added["stamp"] <= 0.005}
+
+
+def _turn(pair: list, i: int) -> list:
+    """*pair* in its order on even rounds, reversed on odd ones."""
+    return pair if i % 2 == 0 else pair[::-1]
+
+
+def _paired(with_check: list[float], without: list[float]) -> float:
+    """What the check adds: the median of the differences of the runs made one after the other (a change of the
+    machine's speed during the bench then moves both runs of a pair, not the figure)."""
+    return statistics.median(a - b for a, b in zip(with_check, without))
 
 
 __all__ = ["bench_trust"]

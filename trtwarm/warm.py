@@ -33,7 +33,6 @@ from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS
 from trtwarm.handoff import WarmReport
 from trtwarm.plan import Plan, resolve
 from trtwarm.publish import build_and_publish
-from trtwarm.trust import keys
 from trtwarm.volume import leases
 from trtwarm.volume.layout import Layout, volume_error
 from trtwarm.volume.lock import BuildLock
@@ -47,6 +46,7 @@ log = logging.getLogger("trtwarm.warm")
 def _lookup(plan: Plan) -> Entry | None:
     start = time.monotonic()
     store = plan.store
+    plan.gate.preload()  # the verifier's import overlaps with the hashing that comes next
     entry = store.lookup(plan.key, plan.name, plan.load_check(), plan.stamps.digest if plan.stamps else None)
     plan.seconds["verify"] = plan.seconds.get("verify", 0.0) + time.monotonic() - start
     if store.stuck is not None:  # damaged, and this Pod cannot move it away: remember which one, and why
@@ -193,13 +193,6 @@ def _take_lease(plan: Plan) -> None:
         log.warning("%s", leases.not_taken(taken, plan.label))
 
 
-def _has_records(settings: Settings) -> bool:
-    """Whether the node-local stamp directory exists already (a hostPath shared by the node's Pods, or an init
-    container's restart): then it likely holds the verdict of this entry's signature, and the verifier's import in
-    the background would only take a core from the hit."""
-    return settings.stamp_dir is not None and settings.stamp_dir.is_dir()
-
-
 def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
     """Run ``trtwarm init``: return the report after writing the hand-off. :raises TrtwarmError: see errors."""
     start = time.monotonic()
@@ -235,12 +228,8 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
 
 
 def _prepare(settings: Settings) -> None:
-    """Before the key: start the verifier's import, refuse a hand-off on the volume, set the last hand-off aside,
+    """Before the key: refuse a hand-off on the volume, set the last hand-off aside,
     and lay out a new volume (so the first start already memoises the model's digests)."""
-    if settings.trust_policy is not None and settings.trust_mode != "off" and not _has_records(settings):
-        # the verifier's import overlaps with the key and the hashing (README, Benchmarks); where this node keeps a
-        # stamp directory already, the signature was most likely verified before and is not checked again
-        keys.preload()
     if on_volume(settings.handoff_dir, settings.cache_dir):  # its `engine` link decides what the server loads
         raise HandoffOnVolume(f"the hand-off directory {settings.handoff_dir} is on the cache volume "
                               f"{settings.cache_dir}: a writer of the volume could point the server at any file",

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import hashlib
 import os
 import re
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -91,28 +93,48 @@ def load_public(pem: bytes, what: str = "public key") -> Any:
     return key
 
 
+#: RFC 8032 section 7.1, test 1: a public key and its signature of the empty message
+_RFC8032_KEY = bytes.fromhex("d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a")
+_RFC8032_SIGNATURE = bytes.fromhex("e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33bacc"
+                                   "61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b")
 _preloading: list[threading.Thread] = []  # the background import preload() started, until someone waits for it
 
 
-def preload() -> threading.Thread:
-    """Import what an Ed25519 check needs in a background thread, and return the thread (already started).
+def preload() -> threading.Thread | None:
+    """Import what an Ed25519 check needs in a background thread, and return the thread (already started; None
+    where no thread could be started).
 
-    ``trtwarm init`` calls this first thing when a trust policy is configured: the import of ``cryptography``'s Rust
-    extension (most of a check's cost on a hit) then overlaps with resolving the key and hashing the entry's files
-    (hashlib releases the GIL). Nothing is skipped: the check runs as before, after waiting for this import (see
-    :func:`_await_preload`); if the import failed, the check's own import raises the error.
+    ``trtwarm init`` calls this (through :meth:`trtwarm.trust.policy.Gate.preload`) right before it hashes an entry:
+    the import of ``cryptography``'s Rust extension (most of a check's cost on a hit) and OpenSSL's first use then run
+    while the hashing has released the GIL. Started at the process's start instead, it only took turns with
+    trtwarm's own imports, which hold the GIL (measured: no overlap). Nothing is skipped: the check runs as before,
+    after waiting for this thread (see :func:`_await_preload`); if the import failed, the check's own import raises
+    the error.
     Not a daemon thread, so the interpreter never exits in the middle of loading an extension module.
     """
 
     def load() -> None:
         try:
-            from cryptography.exceptions import InvalidSignature  # noqa: F401
-            from cryptography.hazmat.primitives.asymmetric import ed25519  # noqa: F401
+            from cryptography.exceptions import InvalidSignature
+            from cryptography.hazmat.primitives.asymmetric import ed25519
         except ImportError:  # reported by the check's own import, with the caller's context
-            pass
+            return
+        finally:
+            sys.setswitchinterval(interval)
+        # OpenSSL sets up its Ed25519 implementation on first use (about 1 ms, measured): have it done here too
+        with contextlib.suppress(InvalidSignature, ValueError):
+            ed25519.Ed25519PublicKey.from_public_bytes(_RFC8032_KEY).verify(_RFC8032_SIGNATURE, b"")
 
+    # the import's Python code hands the GIL back within 0.1 ms (not the default 5) when the hashing wants it for
+    # its next chunk, so the hashing does not wait behind the import
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(min(interval, 1e-4))
     thread = threading.Thread(target=load, name="trtwarm-trust-preload")
-    thread.start()
+    try:
+        thread.start()
+    except RuntimeError:  # no thread to be had: the check imports it when it comes to it
+        sys.setswitchinterval(interval)
+        return None
     _preloading.append(thread)
     return thread
 
