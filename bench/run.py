@@ -72,7 +72,7 @@ def _model(work: Path) -> Path:
     return model
 
 
-FLOOR_HASH = ("import hashlib,sys\nh=hashlib.sha256()\nb=bytearray(4<<20)\nv=memoryview(b)\n"
+FLOOR_HASH = ("import hashlib,sys\nh=hashlib.sha256()\nb=bytearray(16<<20)\nv=memoryview(b)\n"
               "with open(sys.argv[1],'rb',buffering=0) as f:\n    while n:=f.readinto(b): h.update(v[:n])\n"
               "print(h.hexdigest())")
 

@@ -75,7 +75,7 @@ def _added(r: dict, row: str) -> str:
     key = f"{row}_added_s" if row else "added_s"
     if "repeat" not in r:
         return ""
-    return f"; added: {r[key] * 1000:+.1f} ms (median of {r['repeat']} paired runs)"
+    return f"; added: {r[key] * 1000:+.1f} ms (median of {r['repeat']} paired runs: the figure the target judges)"
 
 
 def trust_row(r: dict) -> str:

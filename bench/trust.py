@@ -60,7 +60,10 @@ def bench_trust(work: Path, init_argv, env: dict[str, str], timed, model: Path, 
     subprocess.run([*enforce, *stamped], check=True, capture_output=True, env=env)  # this node: stamp, verify, record
     runs = _rounds(work, argv, enforce, stamped, timed, repeat)
     entry, policy = next((cache / "entries").iterdir()), work / "policy.json"
-    probes = {mode: [_probe(policy, entry, mode, env) for _ in range(repeat)] for mode in ("cold", "preload")}
+    probes: dict[str, list[list[float]]] = {"cold": [], "preload": []}
+    for i in range(repeat):  # in turn, as the hits
+        for mode in _turn(["cold", "preload"], i):
+            probes[mode].append(_probe(policy, entry, mode, env))
     return {**_figures(runs), "engine": f"{size // MiB} MiB", "repeat": repeat, "load": os.getloadavg()[0],
             "check_s": statistics.median(p[0] for p in probes["cold"]),
             "check_cpu_s": statistics.median(p[1] for p in probes["cold"]),
@@ -70,7 +73,8 @@ def bench_trust(work: Path, init_argv, env: dict[str, str], timed, model: Path, 
 def _rounds(work: Path, argv: list[str], enforce: list[str], stamped: list[str], timed,  # noqa: ANN001
             repeat: int) -> dict[str, list[float]]:
     """Each hit with a check beside the same hit without, the two in turn first: neither a change of machine load
-    nor the order of the runs favours a side."""
+    nor the order of the runs favours a side. The stamped pairs run two apart (the hit resolving in full, then its
+    repeat, for one side, then for the other), as a repeat needs the record the run before it left."""
     runs: dict[str, list[float]] = {}
     records = (work / "stamps", "hit-*.json")  # removed first: the stamped hit then resolves in full
     for i in range(repeat):

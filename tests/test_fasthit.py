@@ -302,3 +302,40 @@ def test_under_a_trust_policy_the_node_memoises_the_model_from_the_volume_withou
     imported = {line.rsplit("|", 1)[1].strip() for line in second.stderr.splitlines() if line.startswith("import time")}
     assert "onnx" not in imported, "the volume's record, its digests checked, spares parsing the model (onnx: 0.5 s)"
     assert len(list((tmp_path / "h" / "stamps" / "statcache").glob("*.json"))) == 1  # and is memoised on the node
+
+
+def test_under_a_trust_policy_the_volumes_word_on_inputs_ends_once_the_volume_is_put_right(
+        model: Path, cache: Path, tmp_path: Path) -> None:
+    from trtwarm.volume.statcache import record_path
+
+    trust, _keys = _signed(model, cache, tmp_path)
+    assert _start(model, cache, tmp_path, *trust).summary["result"] == "hit"  # this node's stamp directory now exists
+    record = record_path(cache / ".statcache", model)
+    honest = record.read_text()
+    forged = json.loads(honest)
+    forged["facts"]["inputs"][0]["name"] = "renamed"  # the digests still hold: only the volume's word is wrong
+    record.write_text(json.dumps(forged))
+    shaped = ("--verify", "stamp", "--shape", "input=1x16:8x16:32x16", *trust)
+    run = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h", *shaped), env=POD)
+    assert run.returncode == 2 and "renamed" in run.stderr, run.stderr  # the model, says the volume, has no 'input'
+    record.write_text(honest)  # put right on the volume: the node's copy of the forged word is not believed
+    after = _start(model, cache, tmp_path, *trust)
+    assert "dynamic input 'input'" in after.stderr and "renamed" not in after.stderr, after.stderr
+
+
+def test_a_volume_stat_cache_record_cannot_send_the_init_outside_the_models_directory(
+        model: Path, cache: Path, tmp_path: Path) -> None:
+    from trtwarm.fileinfo import identity
+    from trtwarm.volume.statcache import record_path
+
+    trust, _keys = _signed(model, cache, tmp_path)
+    assert _start(model, cache, tmp_path, *trust).summary["result"] == "hit"  # the volume memoises the model
+    record = record_path(cache / ".statcache", model)
+    forged = json.loads(record.read_text())
+    forged["facts"]["external"] = [{"location": "/dev/zero", "sha256": "0" * 64, "bytes": 1 << 40}]
+    forged["stamps"]["/dev/zero"] = identity(os.stat("/dev/zero"))  # its stamps match: only the location is wrong
+    record.write_text(json.dumps(forged))
+    for node in (tmp_path / "h" / "stamps", tmp_path / "new-node"):  # the node's first record; a node without one
+        run = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h", "--stamp-dir", str(node), *trust), env=POD,
+                          timeout=60)  # not hashing /dev/zero forever: the record is ignored
+        assert run.returncode == 0 and run.summary["result"] == "hit", run.stderr

@@ -106,7 +106,8 @@ def _external_refs(tensors: list[Any], onnx: Any) -> dict[str, int]:
     return needed
 
 
-def _check_location(model: Path, location: str) -> Path:
+def external_path(model: Path, location: str) -> Path:
+    """The external-data file *location* of *model*. :raises ModelError: not a relative path beside the model"""
     rel = PurePosixPath(location)
     if not location or rel.is_absolute() or ".." in rel.parts:
         raise ModelError(f"model {model} references external data {location!r} outside its directory",
@@ -148,7 +149,7 @@ def inspect_uncached(model: Path, before: dict[str, os.stat_result] | None = Non
         inputs.append(InputInfo(value.name, onnx.TensorProto.DataType.Name(tensor_type.elem_type), dims))
     external = []
     for location, needed in sorted(_external_refs(_all_tensors(graph), onnx).items()):
-        path = _check_location(model, location)
+        path = external_path(model, location)
         if not path.is_file():
             raise ModelError(f"model {model} references external data {location!r}, which is missing",
                              hint=f"copy {location} next to {model.name}")

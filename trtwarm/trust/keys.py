@@ -102,7 +102,7 @@ _preloading: list[threading.Thread] = []  # the background import preload() star
 
 def preload() -> threading.Thread | None:
     """Import what an Ed25519 check needs in a background thread, and return the thread (already started; None
-    where no thread could be started).
+    where one started before is not waited for yet, or no thread could be started).
 
     ``trtwarm init`` calls this (through :meth:`trtwarm.trust.policy.Gate.preload`) right before it hashes an entry:
     the import of ``cryptography``'s Rust extension (most of a check's cost on a hit) and OpenSSL's first use then run
@@ -115,16 +115,18 @@ def preload() -> threading.Thread | None:
 
     def load() -> None:
         try:
-            from cryptography.exceptions import InvalidSignature
             from cryptography.hazmat.primitives.asymmetric import ed25519
         except ImportError:  # reported by the check's own import, with the caller's context
             return
         finally:
             sys.setswitchinterval(interval)
-        # OpenSSL sets up its Ed25519 implementation on first use (about 1 ms, measured): have it done here too
-        with contextlib.suppress(InvalidSignature, ValueError):
+        # OpenSSL sets up its Ed25519 implementation on first use (about 1 ms, measured): have it done here too.
+        # Whatever fails here (an OpenSSL without Ed25519, say) fails again in the check, which reports it.
+        with contextlib.suppress(Exception):
             ed25519.Ed25519PublicKey.from_public_bytes(_RFC8032_KEY).verify(_RFC8032_SIGNATURE, b"")
 
+    if _preloading:  # one at a time: a second would save the lowered interval as the one to restore
+        return None
     # the import's Python code hands the GIL back within 0.1 ms (not the default 5) when the hashing wants it for
     # its next chunk, so the hashing does not wait behind the import
     interval = sys.getswitchinterval()

@@ -12,12 +12,14 @@ import hashlib
 import json
 import logging
 import os
+import stat
 import time
 from pathlib import Path
 
-from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS, TooLarge, atomic_write_json, read_bounded, sha256_file
+from trtwarm.errors import ModelError
 from trtwarm.fileinfo import identity
-from trtwarm.model import ModelFacts, check_model_path, inspect_uncached
+from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS, TooLarge, atomic_write_json, read_bounded, sha256_file
+from trtwarm.model import ModelFacts, check_model_path, external_path, inspect_uncached
 
 log = logging.getLogger("trtwarm.statcache")
 #: a file changed less than this before it was read is not memoised (here, in stamps or in ls's manifest index)
@@ -42,26 +44,30 @@ def _stamps(model: Path, facts: ModelFacts) -> dict[str, list[int]] | None:
     return stamps
 
 
-def _load(record: Path, model: Path) -> ModelFacts | None:
+def _load(record: Path, model: Path) -> tuple[ModelFacts, str] | None:
+    """The facts a record memoises and where they came from (``parse``, or ``volume``: copied from the volume's
+    stat cache, see :func:`inspect_model`), if the model's files still have the record's stamps."""
     try:
         doc = json.loads(read_bounded(record, _LIMIT))
         facts = ModelFacts.from_json(doc["facts"])
+        for f in facts.external:
+            external_path(model, f.location)  # a record cannot make init stat or hash files elsewhere
     except FileNotFoundError:
         return None
-    except (OSError, TooLarge, ValueError, KeyError, TypeError) as exc:
+    except (OSError, TooLarge, ValueError, KeyError, TypeError, ModelError) as exc:
         log.debug("ignoring unreadable stat-cache record %s: %s", record, exc)
         return None
-    return facts if _stamps(model, facts) == doc.get("stamps") else None
+    return (facts, doc.get("source", "parse")) if _stamps(model, facts) == doc.get("stamps") else None
 
 
-def _store(record: Path, model: Path, facts: ModelFacts, stamps: dict[str, list[int]]) -> None:
+def _store(record: Path, model: Path, facts: ModelFacts, stamps: dict[str, list[int]], source: str = "parse") -> None:
     newest = max(max(s[3], s[4]) for s in stamps.values()) / 1e9
     if time.time() - newest < RACY_SECONDS:
         log.debug("not memoising %s: modified %.1f s ago", model, time.time() - newest)
         return
     try:
         record.parent.mkdir(exist_ok=True)
-        atomic_write_json(record, {"model": str(model), "stamps": stamps, "facts": facts.to_json()})
+        atomic_write_json(record, {"model": str(model), "stamps": stamps, "facts": facts.to_json(), "source": source})
     except OSError as exc:
         if exc.errno not in READ_ONLY_ERRNOS | FULL_ERRNOS:
             raise
@@ -69,12 +75,32 @@ def _store(record: Path, model: Path, facts: ModelFacts, stamps: dict[str, list[
 
 
 def _digests_hold(model: Path, facts: ModelFacts) -> bool:
-    """Whether the model's files still hash to the digests *facts* names (an untrusted record's check)."""
-    files = [(model, facts.onnx.sha256), *((model.parent / f.location, f.sha256) for f in facts.external)]
-    try:
-        return all(sha256_file(path)[0] == digest for path, digest in files)
-    except OSError:
-        return False
+    """Whether the model's files still hash to the digests *facts* names (an untrusted record's check). Only regular
+    files of the recorded size are read: a record cannot make init block on a FIFO or read a huge file."""
+    for path, f in [(model, facts.onnx), *((model.parent / f.location, f) for f in facts.external)]:
+        try:
+            st = os.stat(path)
+            if not stat.S_ISREG(st.st_mode) or st.st_size != f.bytes or sha256_file(path)[0] != f.sha256:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def _from_volume(volume: Path, model: Path, cache_dir: Path | None) -> ModelFacts | None:
+    """The untrusted *volume* stat cache's facts of *model*, if its files hash to their digests; memoised in
+    *cache_dir* as ``source: volume`` (a node's record that holds only while the volume's says the same)."""
+    found = _load(record_path(volume, model), model)
+    if found is None:
+        return None
+    facts = found[0]
+    before = _stamps(model, facts)
+    if not _digests_hold(model, facts):
+        _ignored(model)
+        return None
+    if cache_dir is not None and before is not None and _stamps(model, facts) == before:  # unchanged while hashed
+        _store(record_path(cache_dir, model), model, facts, before, source="volume")
+    return facts
 
 
 def inspect_model(model: Path, cache_dir: Path | None, *, rehash: bool = False,
@@ -86,21 +112,26 @@ def inspect_model(model: Path, cache_dir: Path | None, *, rehash: bool = False,
         trust policy): a record is used only when the model's files hash to its digests, which saves parsing the
         model (importing onnx), not hashing it
     :param fallback: such an untrusted stat cache, consulted (as with *rehash*) when *cache_dir* has no record; a
-        record whose digests hold is then memoised in *cache_dir*
+        record whose digests hold is then memoised in *cache_dir*, and believed there only while the fallback's record
+        still holds the same facts: the digests are what this node hashed, the rest (inputs, external files) is the
+        volume's word, as without a record of the node's own, and a record put right on the volume is seen
     :raises ModelError: see :func:`trtwarm.model.inspect_uncached`
     """
     check_model_path(model)
     record = record_path(cache_dir, model) if cache_dir is not None else None
-    if record is not None and (facts := _load(record, model)) is not None:
-        if not rehash or _digests_hold(model, facts):
+    found = _load(record, model) if record is not None else None
+    if found is not None:
+        facts, source = found
+        if source == "volume":  # the digests this node hashed; the other facts only while the volume still says so
+            again = _load(record_path(fallback, model), model) if fallback is not None else None
+            if again is not None and again[0] == facts:
+                return facts, True
+        elif not rehash or _digests_hold(model, facts):
             return facts, True
-        _ignored(model)
-    if fallback is not None and (facts := _load(record_path(fallback, model), model)) is not None:
-        if _digests_hold(model, facts):
-            if record is not None and (stamps := _stamps(model, facts)) is not None:
-                _store(record, model, facts, stamps)
-            return facts, True
-        _ignored(model)
+        else:
+            _ignored(model)
+    if fallback is not None and (facts := _from_volume(fallback, model, cache_dir)) is not None:
+        return facts, True
     before: dict[str, os.stat_result] = {}
     facts = inspect_uncached(model, before)
     stamps = _stamps(model, facts)
@@ -113,5 +144,6 @@ def inspect_model(model: Path, cache_dir: Path | None, *, rehash: bool = False,
 def _ignored(model: Path) -> None:
     log.warning("the stat cache's record of %s names digests its files do not have (altered on the volume?); "
                 "ignoring it", model)
+
 
 __all__ = ["RACY_SECONDS", "identity", "inspect_model", "record_path"]
