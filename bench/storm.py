@@ -125,7 +125,7 @@ def takeover(work: Path, init_argv, env: dict[str, str], model: Path) -> dict[st
     builder = subprocess.Popen(init_argv(model, cache, run / "h0", command), env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)
     starts = run / "starts"
-    _until(starts.exists, 60)
+    _until(lambda: starts.exists() and starts.read_text().strip(), 60)  # the shell creates it before `date` writes
     fresh = float(starts.read_text().split()[0]) - start
     waiters = [subprocess.Popen([*init_argv(model, cache, run / f"h{i}", command), "--progress-interval", "1s"],
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
