@@ -339,3 +339,4 @@ def test_a_volume_stat_cache_record_cannot_send_the_init_outside_the_models_dire
         run = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h", "--stamp-dir", str(node), *trust), env=POD,
                           timeout=60)  # not hashing /dev/zero forever: the record is ignored
         assert run.returncode == 0 and run.summary["result"] == "hit", run.stderr
+        assert "names files outside the model's directory" in run.stderr

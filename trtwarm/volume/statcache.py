@@ -54,7 +54,11 @@ def _load(record: Path, model: Path) -> tuple[ModelFacts, str] | None:
             external_path(model, f.location)  # a record cannot make init stat or hash files elsewhere
     except FileNotFoundError:
         return None
-    except (OSError, TooLarge, ValueError, KeyError, TypeError, ModelError) as exc:
+    except ModelError:
+        log.warning("the stat cache's record of %s names files outside the model's directory (altered on the "
+                    "volume?); ignoring it", model)
+        return None
+    except (OSError, TooLarge, ValueError, KeyError, TypeError) as exc:
         log.debug("ignoring unreadable stat-cache record %s: %s", record, exc)
         return None
     return (facts, doc.get("source", "parse")) if _stamps(model, facts) == doc.get("stamps") else None
