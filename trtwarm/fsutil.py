@@ -19,7 +19,6 @@ from trtwarm.fileinfo import FULL_ERRNOS, READ_ONLY_ERRNOS
 _CHUNK = 16 << 20
 
 
-
 class Mount(NamedTuple):
     """One line of ``/proc/self/mountinfo``: where a filesystem is mounted, and which part of it."""
 

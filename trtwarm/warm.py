@@ -228,8 +228,8 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
 
 
 def _prepare(settings: Settings) -> None:
-    """Before the key: refuse a hand-off on the volume, set the last hand-off aside,
-    and lay out a new volume (so the first start already memoises the model's digests)."""
+    """Before the key: refuse a hand-off on the volume, set the last hand-off aside, and lay out a new volume (so
+    the first start already memoises the model's digests)."""
     if on_volume(settings.handoff_dir, settings.cache_dir):  # its `engine` link decides what the server loads
         raise HandoffOnVolume(f"the hand-off directory {settings.handoff_dir} is on the cache volume "
                               f"{settings.cache_dir}: a writer of the volume could point the server at any file",
