@@ -17,8 +17,8 @@ Kubernetes Events to send. What a record proves is what the stamps and signature
 directory, same owner rules, same threat model: :mod:`trtwarm.volume.stamps`). Nothing is written before every
 check has passed.
 
-Imports: ``json``, ``os``, ``signal``, ``sys``, ``time``, ``zlib`` and two leaf modules, on purpose: they are the
-whole cost (for a GPU, :mod:`trtwarm.gpu` and NVML too).
+Imports: ``json``, ``os``, ``signal``, ``sys``, ``time``, ``zlib`` and trtwarm's leaf modules (:mod:`trtwarm.atomic`
+writes as the full init does), on purpose: they are the whole cost (for a GPU, :mod:`trtwarm.gpu` and NVML too).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import sys
 import time
 import zlib
 
-from trtwarm import __version__
+from trtwarm import __version__, atomic
 from trtwarm.fileinfo import FULL_ERRNOS, READ_ONLY_ERRNOS, identity, safely_owned
 from trtwarm.names import holder
 from trtwarm.podenv import events_configured
@@ -163,7 +163,7 @@ def _hand_over(record: dict[str, Any], environ: Mapping[str, str],
     if not _holds(record["witnesses"]):  # again after the lease, as the full init looks up after its lease: a gc
         return None  # that removed the entry meanwhile either saw the lease or is seen here
     verified = time.monotonic()
-    _touch(record["use"])
+    atomic.touch(record["use"]["path"], lambda: _file_mode(record["use"]["volume"]))  # = EngineStore.touch_use
     report = dict(record["report"], seconds={"key": verified - started, "wait": 0.0, "build": 0.0, "verify": 0.0,
                                              "total": time.monotonic() - started})
     _hand_off(record["handoff"]["dir"], report)
@@ -203,8 +203,9 @@ def _take_lease(lease: dict[str, Any], environ: Mapping[str, str]) -> str | None
            "node": environ.get("NODE_NAME") or None, "hostname": host, "pid": os.getpid(), "refreshed": time.time()}
     try:
         os.makedirs(directory, exist_ok=True)
-        _replace(os.path.join(directory, holder(pod, namespace, host) + ".json"),
-                 json.dumps(doc, indent=2, sort_keys=True) + "\n", _file_mode(lease["volume"]))
+        atomic.write(os.path.join(directory, holder(pod, namespace, host) + ".json"),
+                     (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode(), _file_mode(lease["volume"]),
+                     durable=False)
     except OSError as exc:
         if exc.errno in FULL_ERRNOS:
             return "full"
@@ -219,32 +220,6 @@ def _file_mode(volume: str) -> int:
     return 0o664 if os.stat(volume).st_mode & 0o020 else 0o644
 
 
-def _touch(use: dict[str, str]) -> None:
-    """= :meth:`trtwarm.volume.store.EngineStore.touch_use` (last use, for gc); ignored where it cannot be written."""
-    try:
-        try:
-            os.utime(use["path"])
-        except FileNotFoundError:
-            os.close(os.open(use["path"], os.O_WRONLY | os.O_CREAT, _file_mode(use["volume"])))
-    except OSError as exc:
-        if exc.errno not in READ_ONLY_ERRNOS | FULL_ERRNOS | {errno.ENOENT}:
-            raise
-
-
-def _replace(path: str, text: str, mode: int = 0o644) -> None:
-    """The atomic rename of :func:`trtwarm.fsutil.atomic_write` without its fsync (advisory and Pod-local files)."""
-    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    try:
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "w") as handle:
-            handle.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def _hand_off(directory: str, report: dict[str, Any]) -> None:
     """:func:`trtwarm.handoff.clear`, then :func:`trtwarm.handoff.write`: the previous report set aside, the
     ``engine`` link and ``engine.json`` replaced atomically."""
@@ -255,10 +230,9 @@ def _hand_off(directory: str, report: dict[str, Any]) -> None:
         except FileNotFoundError:
             pass
     os.makedirs(directory, exist_ok=True)
-    tmp = f"{directory}/.engine.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-    os.symlink(report["path"], tmp)
-    os.replace(tmp, f"{directory}/engine")
-    _replace(f"{directory}/engine.json", json.dumps(dict(report, ready=True), indent=2, sort_keys=True) + "\n")
+    atomic.symlink(report["path"], f"{directory}/engine")
+    atomic.write(f"{directory}/engine.json",
+                 (json.dumps(dict(report, ready=True), indent=2, sort_keys=True) + "\n").encode(), durable=False)
 
 
 def _termination_message(path: str, summary: dict[str, Any]) -> None:

@@ -1,7 +1,7 @@
 """Small filesystem primitives: hashing, fsync, atomic writes and bounded reads.
 
-Everything that must never be seen half-written goes through :func:`atomic_write`: write a unique temporary file
-in the same directory, fsync it, rename it over the target once, fsync the directory.
+Everything that must never be seen half-written goes through :func:`atomic_write` (:func:`trtwarm.atomic.write`):
+write a unique temporary file in the same directory, fsync it, rename it over the target once, fsync the directory.
 """
 
 from __future__ import annotations
@@ -12,6 +12,9 @@ import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from trtwarm.atomic import fsync_dir
+from trtwarm.atomic import symlink as atomic_symlink
+from trtwarm.atomic import write as atomic_write
 from trtwarm.fileinfo import FULL_ERRNOS, READ_ONLY_ERRNOS
 
 #: sha256_file's reads: large, so a thread beside the hashing (the verifier's import, trtwarm.trust.keys.preload)
@@ -58,15 +61,6 @@ def sha256_file(path: Path) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
-def fsync_dir(path: Path) -> None:
-    """Flush a directory's entries (new names, renames) to stable storage."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def fsync_file(path: Path) -> None:
     """Flush a file's data to stable storage."""
     fd = os.open(path, os.O_RDONLY)
@@ -76,49 +70,9 @@ def fsync_file(path: Path) -> None:
         os.close(fd)
 
 
-def _tmp_name(target: Path) -> Path:
-    return target.with_name(f".{target.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-
-
-def atomic_write(target: Path, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
-    """Replace *target* with *data* so that readers see the old or the new content, never a mix.
-
-    :param durable: fsync the file and its directory (off for advisory files rewritten every minute)
-    """
-    tmp = _tmp_name(target)
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.chmod(tmp, mode)  # the umask must not make a shared volume unreadable to other Pods' UIDs
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    if durable:
-        fsync_dir(target.parent)
-
-
 def atomic_write_json(target: Path, doc: Any, mode: int = 0o644, *, durable: bool = True) -> None:
     """Write *doc* as indented JSON through :func:`atomic_write`."""
     atomic_write(target, (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode(), mode, durable=durable)
-
-
-def atomic_symlink(target: Path, link: Path) -> None:
-    """Point *link* at *target*, replacing any previous link atomically."""
-    tmp = _tmp_name(link)
-    try:  # the symlink inside the try: an init's SIGTERM (raised between any two statements) leaves no link behind
-        os.symlink(target, tmp)
-        os.replace(tmp, link)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 class TooLarge(ValueError):

@@ -97,12 +97,13 @@ def load_public(pem: bytes, what: str = "public key") -> Any:
 _RFC8032_KEY = bytes.fromhex("d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a")
 _RFC8032_SIGNATURE = bytes.fromhex("e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33bacc"
                                    "61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b")
+_ED25519_MODULE = "cryptography.hazmat.primitives.asymmetric.ed25519"
 _preloading: list[threading.Thread] = []  # the background import preload() started, until someone waits for it
 
 
 def preload() -> threading.Thread | None:
     """Import what an Ed25519 check needs in a background thread, and return the thread (already started; None
-    where one started before is not waited for yet, or no thread could be started).
+    where one started before is not waited for yet, the module is imported already, or no thread could be started).
 
     ``trtwarm init`` calls this (through :meth:`trtwarm.trust.policy.Gate.preload`) right before it hashes an entry:
     the import of ``cryptography``'s Rust extension (most of a check's cost on a hit) and OpenSSL's first use then run
@@ -125,8 +126,8 @@ def preload() -> threading.Thread | None:
         with contextlib.suppress(Exception):
             ed25519.Ed25519PublicKey.from_public_bytes(_RFC8032_KEY).verify(_RFC8032_SIGNATURE, b"")
 
-    if _preloading:  # one at a time: a second would save the lowered interval as the one to restore
-        return None
+    if _preloading or _ED25519_MODULE in sys.modules:  # one at a time (a second would save the lowered interval
+        return None  # as the one to restore), and none once imported
     # the import's Python code hands the GIL back within 0.1 ms (not the default 5) when the hashing wants it for
     # its next chunk, so the hashing does not wait behind the import
     interval = sys.getswitchinterval()

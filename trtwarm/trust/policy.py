@@ -123,7 +123,6 @@ class Gate:
     _loaded: dict[str, Any] = field(default_factory=dict)
     #: node-local record of signatures verified before (a :class:`~trtwarm.volume.stamps.StampBook`), or None
     verdicts: Any = None
-    _preloading: bool = False
 
     @classmethod
     def create(cls, policy_path: Path | None, mode: str | None, signing_key: Path | None = None,
@@ -144,9 +143,8 @@ class Gate:
         hashing has released the GIL (see :func:`trtwarm.trust.keys.preload`). Not where nothing is checked, nor
         where this node keeps a stamp directory already: it most likely holds this signature's verdict, and the
         import would only take a core from the hit."""
-        if self.mode == "off" or self._preloading or (self.verdicts is not None and self.verdicts.directory.is_dir()):
+        if self.mode == "off" or (self.verdicts is not None and self.verdicts.directory.is_dir()):
             return
-        self._preloading = True
         keys.preload()
 
     @property

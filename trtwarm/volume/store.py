@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trtwarm.atomic import touch
 from trtwarm.errors import EntryInvalid
 from trtwarm.fsutil import (
-    FULL_ERRNOS,
     READ_ONLY_ERRNOS,
     TooLarge,
     atomic_write_json,
@@ -272,15 +272,7 @@ class EngineStore:
 
     def touch_use(self, key: str) -> None:
         """Record that *key* was used now (for LRU garbage collection); ignored on a read-only volume."""
-        path = self.layout.use_path(key)
-        try:
-            try:
-                os.utime(path)  # one syscall on every hit but an entry's first
-            except FileNotFoundError:
-                os.close(os.open(path, os.O_WRONLY | os.O_CREAT, self.layout.file_mode()))
-        except OSError as exc:
-            if exc.errno not in READ_ONLY_ERRNOS | FULL_ERRNOS | {errno.ENOENT}:
-                raise
+        touch(self.layout.use_path(key), self.layout.file_mode)
 
     def entries(self) -> Iterator[Path]:
         """Yield the entry directories (unverified), in directory order."""

@@ -1,0 +1,96 @@
+"""Replacing a file or a link so that readers see the old or the new one, never a mix: write a unique temporary
+name in the same directory, (fsync it,) rename it over the target once, (fsync the directory). The rename is the
+guarantee.
+
+A leaf (``os`` and :mod:`trtwarm.fileinfo` only), so the repeat hit (:mod:`trtwarm.fasthit`) writes with the same
+code as the full init; :mod:`trtwarm.fsutil` re-exports these under its ``atomic_*`` names. Paths may be ``str`` or
+:class:`os.PathLike`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from trtwarm.fileinfo import FULL_ERRNOS, READ_ONLY_ERRNOS
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # not imported at run time: the repeat hit pays for every module it loads
+    from collections.abc import Callable
+    from typing import Union
+
+    PathLike = Union[str, "os.PathLike[str]"]
+
+
+def _tmp_name(target: PathLike) -> str:
+    head, tail = os.path.split(os.fspath(target))
+    return os.path.join(head, f".{tail}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def fsync_dir(path: PathLike) -> None:
+    """Flush a directory's entries (new names, renames) to stable storage."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write(target: PathLike, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
+    """Replace *target* with *data* so that readers see the old or the new content, never a mix.
+
+    :param durable: fsync the file and its directory (off for advisory files rewritten every minute, and for the
+        Pod-local hand-off of a repeat hit)
+    """
+    tmp = _tmp_name(target)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.chmod(tmp, mode)  # the umask must not make a shared volume unreadable to other Pods' UIDs
+        os.replace(tmp, target)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+    if durable:
+        fsync_dir(os.path.dirname(os.fspath(target)) or ".")
+
+
+def symlink(target: PathLike, link: PathLike) -> None:
+    """Point *link* at *target*, replacing any previous link atomically."""
+    tmp = _tmp_name(link)
+    try:  # the symlink inside the try: an init's SIGTERM (raised between any two statements) leaves no link behind
+        os.symlink(target, tmp)
+        os.replace(tmp, link)
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+
+
+def touch(path: PathLike, mode: Callable[[], int]) -> None:
+    """Set *path*'s modification time to now, creating it empty (with the mode ``mode()``, asked only then) if
+    missing; nothing where the volume cannot be written (read-only, full) or the directory is gone."""
+    try:
+        try:
+            os.utime(path)  # one syscall on every hit but an entry's first
+        except FileNotFoundError:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, mode()))
+    except OSError as exc:
+        if exc.errno not in READ_ONLY_ERRNOS | FULL_ERRNOS | {errno.ENOENT}:
+            raise
+
+
+__all__ = ["fsync_dir", "symlink", "touch", "write"]
