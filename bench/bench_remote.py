@@ -155,7 +155,7 @@ def _hash_cpu(size: int) -> float:
 
 def _init_pull(work: Path, env: dict[str, str], sha: str, size: int, remote: object) -> float:
     """``trtwarm init`` on an empty volume pulling a *size* engine that a first init built and pushed."""
-    from trtwarm.demo import make_model
+    from trtwarm.cli.demo import make_model
 
     model = make_model(work / "model.onnx")
     engine = work / "engine-src.bin"

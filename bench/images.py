@@ -82,7 +82,7 @@ def _result(stdout: str) -> str:
 def _hit_times(podman, init: str, work: Path, repeat: int) -> tuple[float, float, bool]:  # noqa: ANN001
     """Median wall time of a hit on a 10 MiB engine: a fresh init container vs a host process, same volume."""
     from conftest import env_for
-    from trtwarm.demo import make_model
+    from trtwarm.cli.demo import make_model
 
     models = make_model(work / "models" / "mlp.onnx").parent
     blob = models / "engine.bin"

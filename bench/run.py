@@ -63,7 +63,7 @@ def _init_argv(model: Path, cache: Path, handoff: Path, command: str) -> list[st
 
 
 def _model(work: Path) -> Path:
-    from trtwarm.demo import make_model
+    from trtwarm.cli.demo import make_model
 
     model = make_model(work / "model.onnx")
     old = time.time() - 60
@@ -199,7 +199,7 @@ def fill_volume(cache: Path, n: int, model: Path) -> None:
     import hashlib
     import random
 
-    from trtwarm.fsutil import atomic_write_json
+    from trtwarm.fs.ops import atomic_write_json
 
     subprocess.run([*_init_argv(model, cache, cache.parent / "h-fill", "cp {model} {output}")], check=True,
                    capture_output=True, env=_env())

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from trtwarm.demo import make_model
+from trtwarm.cli.demo import make_model
 from trtwarm.lifecycle.manifest_index import RACY_SECONDS as INDEX_RACY_SECONDS
 
 ROOT = Path(__file__).resolve().parent.parent

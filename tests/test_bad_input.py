@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Run, cmd_init_args, debris, entries, ort_init_args, run_trtwarm
-from trtwarm.demo import make_model
+from trtwarm.cli.demo import make_model
 
 
 def assert_clean_failure(run: Run, code: int, words: str, cache: Path | None = None) -> None:

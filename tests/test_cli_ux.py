@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, cmd_init_args, entries, env_for, run_trtwarm, trtwarm_argv
 
-from trtwarm.cli import COMMANDS, _parser
+from trtwarm.cli.main import COMMANDS, _parser
 from trtwarm.config import env_name
 from trtwarm.errors import EXIT_MEANINGS
-from trtwarm.helptext import long_options, subcommands
+from trtwarm.cli.helptext import long_options, subcommands
 
 README = (ROOT / "README.md").read_text()
 
@@ -161,7 +161,7 @@ def test_a_dynamic_input_without_shape_warns_and_is_not_named_static(model: Path
 
 
 def test_a_hit_under_another_name_reports_the_entry_on_disk(tmp_path: Path, cache: Path) -> None:
-    from trtwarm.demo import make_model
+    from trtwarm.cli.demo import make_model
 
     model = make_model(tmp_path / "models" / "res-net-50.onnx")
     first = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h1"))

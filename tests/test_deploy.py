@@ -201,7 +201,7 @@ def test_dockerfile_pins_the_tensorrt_of_the_extra() -> None:
     assert dockerfile.count("USER ${TRTWARM_UID}:${TRTWARM_GID}") == targets
     assert "cmd/trtwarm-init cmd/trtwarm-sidecar" in dockerfile
     for path in (ROOT / "cmd").iterdir():
-        assert os.access(path, os.X_OK) and "from trtwarm.entry import run" in path.read_text()
+        assert os.access(path, os.X_OK) and "from trtwarm.cli.entry import run" in path.read_text()
     assert not (ROOT / "cmd" / "__init__.py").exists()
 
 

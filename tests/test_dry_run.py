@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import cmd_init_args, entries, env_for, run_trtwarm, trtwarm_argv
-from trtwarm.cli import main
-from trtwarm.demo import make_model
+from trtwarm.cli.main import main
+from trtwarm.cli.demo import make_model
 from trtwarm.key import sanitize
 
 GC_FLAGS = (["--yes"], ["--json"], ["--max-age", "0s"], ["--max-bytes", "0"], ["--keep-per-model", "0"],

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import cmd_init_args, entries, ort_init_args, run_trtwarm
 
-from trtwarm.demo import make_model
+from trtwarm.cli.demo import make_model
 
 
 @pytest.fixture
@@ -115,7 +115,7 @@ def test_a_manifest_listing_a_path_outside_the_entry_is_refused(model: Path, cac
 
 
 def test_readiness_checks_every_file(ext_model: Path, cache: Path, tmp_path: Path) -> None:
-    from trtwarm import handoff
+    from trtwarm.init import handoff
     from trtwarm.sidecar.metrics import engine_ready
 
     entry = _built(ext_model, cache, tmp_path / "h1")

@@ -129,7 +129,7 @@ def test_an_unreachable_api_server_never_fails_or_stalls_the_init(model: Path, c
 
 def test_in_a_pod_without_a_token_events_are_off_and_nothing_is_said(model: Path, cache: Path,
                                                                      tmp_path: Path) -> None:
-    from trtwarm.podenv import TOKEN_PATH
+    from trtwarm.node.podenv import TOKEN_PATH
 
     if Path(TOKEN_PATH).exists():
         pytest.skip(f"this machine has a service-account token at {TOKEN_PATH}")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import cmd_init_args, entries, run_trtwarm
 
-from trtwarm.fasthit import POD_OWN, start_of
+from trtwarm.init.fasthit import POD_OWN, start_of
 from trtwarm.volume.stamps import RACY_SECONDS
 
 REPEAT = "repeating this node's record of the hit"
@@ -121,7 +121,7 @@ def test_another_start_resolves_in_full(model: Path, cache: Path, tmp_path: Path
     again = _start(model, cache, tmp_path, env={**POD, "TRTWARM_LOG_FORMAT": "json"})  # recorded by the one before
     lines = [json.loads(line) for line in again.stderr.splitlines()]
     assert any(REPEAT in line["msg"] for line in lines) and {line["logger"] for line in lines} <= {"trtwarm",
-                                                                                                 "trtwarm.warm"}
+                                                                                                 "trtwarm.init.warm"}
 
 
 def test_an_unsafe_stamp_directory_or_a_garbage_record_resolves_in_full(model: Path, cache: Path,
@@ -234,7 +234,7 @@ def test_an_onnxruntime_hit_repeats_pinned_by_its_installed_distribution(model: 
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not __import__("trtwarm.gpu", fromlist=["detect"]).detect(),
+@pytest.mark.skipif(not __import__("trtwarm.node.gpu", fromlist=["detect"]).detect(),
                     reason="no NVIDIA GPU visible through NVML on this machine")
 def test_on_a_gpu_the_repeat_reads_the_device_through_nvml_again(model: Path, cache: Path, tmp_path: Path) -> None:
     extra = ("--device", "gpu")
@@ -263,7 +263,7 @@ def _forge_statcache(cache: Path, victim: Path, donor: Path) -> Path:
 
 
 def test_a_forged_volume_stat_cache_ends_the_repeats_once_removed(model: Path, cache: Path, tmp_path: Path) -> None:
-    from trtwarm.demo import make_model
+    from trtwarm.cli.demo import make_model
 
     other = make_model(tmp_path / "models" / "other.onnx", hidden=24)
     time.sleep(RACY_SECONDS + 0.2)
@@ -277,7 +277,7 @@ def test_a_forged_volume_stat_cache_ends_the_repeats_once_removed(model: Path, c
 
 
 def test_under_a_trust_policy_the_volume_stat_cache_is_not_believed(model: Path, cache: Path, tmp_path: Path) -> None:
-    from trtwarm.demo import make_model
+    from trtwarm.cli.demo import make_model
 
     trust, keys = _signed(model, cache, tmp_path)  # model's engine, signed
     other = make_model(tmp_path / "models" / "other.onnx", hidden=24)
@@ -325,7 +325,7 @@ def test_under_a_trust_policy_the_volumes_word_on_inputs_ends_once_the_volume_is
 
 def test_a_volume_stat_cache_record_cannot_send_the_init_outside_the_models_directory(
         model: Path, cache: Path, tmp_path: Path) -> None:
-    from trtwarm.fileinfo import identity
+    from trtwarm.fs.info import identity
     from trtwarm.volume.statcache import record_path
 
     trust, _keys = _signed(model, cache, tmp_path)

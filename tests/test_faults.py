@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Run, cmd_init_args, debris, entries, env_for, ort_init_args, spawn, trtwarm_argv, wait_for_log
-from trtwarm.demo import make_model
+from trtwarm.cli.demo import make_model
 from trtwarm.errors import VOLUME_ERRNOS, VolumeError, exit_code_for, volume_error
 
 NO_DAC = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search"]  # root, but chmod applies to it

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from conftest import run_trtwarm, spawn, wait_for_log, wait_until
-from trtwarm import gpu
+from trtwarm.node import gpu
 from trtwarm.errors import ConfigError
-from trtwarm.waiting import wait_message
+from trtwarm.init.waiting import wait_message
 
 H200 = gpu.GpuInfo("GPU-5a1c0f2e-0000-1111-2222-333344445555", "NVIDIA H200", (9, 0), 150754820096,
                    "00000000:19:00.0", None, "580.159.03", 13000)

@@ -29,7 +29,7 @@ from conftest import run_trtwarm, wait_until
 from podman_images import ROOT, Podman, Unavailable
 from s3server import READER, SeaweedServer, weed_binary
 from trtwarm import __version__
-from trtwarm.demo import make_model
+from trtwarm.cli.demo import make_model
 
 pytestmark = [pytest.mark.images, pytest.mark.timeout(1500)]
 UID = "1000"

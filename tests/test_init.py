@@ -60,7 +60,7 @@ def test_termination_message_is_written_when_the_log_exists(model: Path, cache: 
 def test_a_long_error_with_a_build_log_still_fits_the_termination_message(tmp_path: Path) -> None:
     """Kubernetes keeps 4 KiB of a termination message: the log tail goes first, then the error is cut (this once
     looped forever when the error alone was longer than the limit, and the failing init never exited)."""
-    from trtwarm.handoff import termination_message
+    from trtwarm.init.handoff import termination_message
 
     term = tmp_path / "termination-log"
     term.write_text("")

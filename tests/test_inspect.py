@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import cmd_init_args, copy_command, entries, gated_build, ort_init_args, run_trtwarm, wait_until
 
-from trtwarm.demo import make_model
+from trtwarm.cli.demo import make_model
 
 
 def build(model: Path, cache: Path, tmp_path: Path, tag: str, *extra: str) -> dict:

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from conftest import copy_command, run_trtwarm
-from trtwarm import gpu
-from trtwarm.demo import make_model
-from trtwarm.device import cpu_fields
+from trtwarm.node import gpu
+from trtwarm.cli.demo import make_model
+from trtwarm.node.device import cpu_fields
 from trtwarm.key import canonical, diff, entry_name, key_document, key_of
 
 

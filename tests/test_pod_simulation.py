@@ -27,7 +27,7 @@ from conftest import cmd_init_args, env_for, run_trtwarm, wait_until
 from k8s import ROOT, container, objects, pod_spec, render, validate
 from test_sidecar import free_port, get
 
-from trtwarm.demo import make_model
+from trtwarm.cli.demo import make_model
 from trtwarm.volume.store import check_entry
 
 pytest.importorskip("helm_python", reason="helm-python-sdk is not installed (pip install '.[test]')")

@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from trtwarm.demo import make_model
+from trtwarm.cli.demo import make_model
 from trtwarm.volume.statcache import RACY_SECONDS, inspect_model
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import env_for, run_trtwarm
 
-from trtwarm import gpu
+from trtwarm.node import gpu
 from trtwarm.builders.tensorrt.compat import (
     HARDWARE_LEVELS,
     PLAN_MAGIC,
@@ -315,7 +315,7 @@ def test_real_build_cache_reload_and_run(tmp_path: Path) -> None:
 @pytest.mark.gpu
 @needs_trt
 def test_real_weight_stripped_engine_is_smaller_and_refits_on_load(tmp_path: Path) -> None:
-    from trtwarm.demo import make_model
+    from trtwarm.cli.demo import make_model
 
     model = make_model(tmp_path / "wide.onnx", hidden=4096, dynamic=False)
     sizes = {}
@@ -391,7 +391,7 @@ def test_inspector_layer_information_is_summarised_per_precision() -> None:
 def test_ls_and_key_explain_show_what_the_engine_reported(model: Path, tmp_path: Path) -> None:
     """An entry whose manifest carries ``extra.engine_info`` (as a TensorRT build writes it, published through the
     store like any build): ``ls --json`` shows the facts, ``key --explain`` names the driver it was built on."""
-    from trtwarm.fsutil import sha256_file
+    from trtwarm.fs.ops import sha256_file
     from trtwarm.key import entry_name, key_of
     from trtwarm.volume.store import EngineStore
 

@@ -28,7 +28,7 @@ from trtwarm.builders.tensorrt.compat import config_plan
 from trtwarm.builders.tensorrt.network import BuildJob, build_plan
 from trtwarm.builders.tensorrt.progress import ProgressLog
 from trtwarm.config import Settings, parse_shape
-from trtwarm.demo import make_model
+from trtwarm.cli.demo import make_model
 from trtwarm.errors import BuildError, ConfigError
 from trtwarm.model import inspect_uncached
 
@@ -195,7 +195,7 @@ def test_ort_tensorrt_without_a_findable_tensorrt_is_a_clear_exit_2(model: Path)
 @pytest.mark.skipif(__import__("importlib.util").util.find_spec("cuda") is not None,
                     reason="cuda-bindings is installed here")
 def test_selftest_inference_asks_for_cuda_bindings_instead_of_loading_a_libcudart() -> None:
-    from trtwarm.selftest import _cudart
+    from trtwarm.cli.selftest import _cudart
 
     with pytest.raises(ConfigError) as err:
         _cudart()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import cmd_init_args, entries, run_trtwarm
 
-from trtwarm.demo import make_model
+from trtwarm.cli.demo import make_model
 
 
 def keypair(tmp_path: Path, name: str, kind: str = "ed25519") -> tuple[Path, Path]:

@@ -1,7 +1,7 @@
-"""``python -m trtwarm`` runs the command line (through :mod:`trtwarm.entry`: a repeat hit first, for ``init``)."""
+"""``python -m trtwarm`` runs the command line (through :mod:`trtwarm.cli.entry`: a repeat hit first, for ``init``)."""
 
 from __future__ import annotations
 
-from trtwarm.entry import run
+from trtwarm.cli.entry import run
 
 run()

@@ -73,7 +73,7 @@ class OutputError(TrtwarmError):
     """Standard output could not be written: a full or failing file behind a redirection, or a closed pipe.
 
     :attr:`closed_pipe` tells a reader that stopped reading (``trtwarm ls | head``), which only matters to commands
-    whose output is their result (:data:`trtwarm.cli.REPORTING`)."""
+    whose output is their result (:data:`trtwarm.cli.main.REPORTING`)."""
 
     def __init__(self, message: str, *, hint: str | None = None, closed_pipe: bool = False) -> None:
         super().__init__(message, hint=hint)

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from trtwarm.device import short_name
+from trtwarm.node.device import short_name
 from trtwarm.model import ModelFacts
 from trtwarm.names import sanitize
 

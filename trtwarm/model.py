@@ -14,7 +14,7 @@ from typing import Any
 
 from trtwarm.config import ShapeSpec
 from trtwarm.errors import ConfigError, ModelError
-from trtwarm.fsutil import sha256_file
+from trtwarm.fs.ops import sha256_file
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Names made safe for files on the volume: :func:`sanitize`, and the holder name of an in-use lease.
 
-A leaf module (``re`` and ``os`` only): the repeat hit (:mod:`trtwarm.fasthit`) names its lease with it without
+A leaf module (``re`` and ``os`` only): the repeat hit (:mod:`trtwarm.init.fasthit`) names its lease with it without
 importing the key or the volume's modules.
 """
 

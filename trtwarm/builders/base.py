@@ -16,8 +16,8 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
 
-from trtwarm import device as devices
-from trtwarm import gpu
+from trtwarm.node import device as devices
+from trtwarm.node import gpu
 from trtwarm.config import Settings
 from trtwarm.errors import ConfigError
 from trtwarm.model import ModelFacts, validate_shapes
@@ -59,8 +59,8 @@ class Builder(ABC):
 
     def device_probe(self) -> tuple[str, str]:
         """How :meth:`device` reads the device on every start: ``(choice, hardware_compat)`` for
-        :func:`trtwarm.gpu.probe` and :func:`trtwarm.gpu.key_fields` (``cpu``: nothing to read). A repeat of the
-        start (:mod:`trtwarm.fasthit`) reads it again the same way. Default: ``--device`` and
+        :func:`trtwarm.node.gpu.probe` and :func:`trtwarm.node.gpu.key_fields` (``cpu``: nothing to read). A repeat of
+        the start (:mod:`trtwarm.init.fasthit`) reads it again the same way. Default: ``--device`` and
         ``--hardware-compat``."""
         return self.settings.device, self.settings.hardware_compat
 
@@ -131,7 +131,7 @@ class Builder(ABC):
 
     def replay_witnesses(self) -> list[Path] | None:
         """Files whose stat identity pins :meth:`identity` (an upgrade or reinstall changes it), so this node's
-        record of a verified hit may be repeated without resolving the key again (:mod:`trtwarm.fasthit`).
+        record of a verified hit may be repeated without resolving the key again (:mod:`trtwarm.init.fasthit`).
         None, the default: nothing on disk pins this builder's identity, and every hit resolves in full."""
         return None
 

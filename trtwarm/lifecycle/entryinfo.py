@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trtwarm.device import short_name
+from trtwarm.node.device import short_name
 from trtwarm.key import configuration
 from trtwarm.volume import leases as leaselib
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm.errors import EntryInvalid
-from trtwarm.fsutil import read_json_object
+from trtwarm.fs.ops import read_json_object
 from trtwarm.lifecycle.entryinfo import FULL_KEY, EntryInfo, OwnerInfo
 from trtwarm.lifecycle.manifest_index import ManifestIndex
 from trtwarm.volume import leases as leaselib

@@ -22,7 +22,7 @@ otherwise go unseen. This assumes node clocks within that of the volume's (as le
 
 The index is never required and never trusted beyond that: a missing, unreadable, corrupt (its SHA-256 header does
 not match), foreign (another schema) or oversized index is an empty one. ``ls`` rewrites it (stage, fsync, rename;
-:func:`trtwarm.fsutil.atomic_write`) after printing, when it found rows missing or gone and can write the volume's
+:func:`trtwarm.fs.ops.atomic_write`) after printing, when it found rows missing or gone and can write the volume's
 root; a read-only volume is listed the same way, just without it. ``init`` and ``verify`` never read it.
 """
 
@@ -36,7 +36,7 @@ import stat
 import time
 from typing import Any
 
-from trtwarm.fsutil import TooLarge, atomic_write, read_bounded
+from trtwarm.fs.ops import TooLarge, atomic_write, read_bounded
 from trtwarm.volume.files import MANIFEST
 from trtwarm.volume.layout import Layout
 from trtwarm.volume.statcache import RACY_SECONDS

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm.errors import ConfigError, EntryInvalid
-from trtwarm.fsutil import read_json_object
+from trtwarm.fs.ops import read_json_object
 from trtwarm.key import model_part
 from trtwarm.lifecycle.filters import select
 from trtwarm.lifecycle.entryinfo import EntryInfo

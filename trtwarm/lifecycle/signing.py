@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm.errors import ConfigError, EntryInvalid, VolumeError
-from trtwarm.fsutil import read_json_object
+from trtwarm.fs.ops import read_json_object
 from trtwarm.lifecycle.filters import selector_word
 from trtwarm.trust import keys
 from trtwarm.trust.policy import Gate
@@ -63,7 +63,7 @@ def select(store: EngineStore, selectors: list[str]) -> list[Path]:
 
 def _write_signature(layout: Layout, entry: Entry, envelope: dict[str, Any]) -> None:
     """Write the envelope under ``.staging/`` and rename it into the entry (one step, same filesystem)."""
-    from trtwarm.fsutil import atomic_write_json, fsync_dir
+    from trtwarm.fs.ops import atomic_write_json, fsync_dir
 
     layout.staging.mkdir(mode=layout.dir_mode(), exist_ok=True)
     tmp = layout.staging / f".sig.{entry.key[:16]}.{os.getpid()}.{secrets.token_hex(4)}.json"

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trtwarm.errors import EntryInvalid
-from trtwarm.fsutil import atomic_write_json, read_json_object
+from trtwarm.fs.ops import atomic_write_json, read_json_object
 from trtwarm.lifecycle.entryinfo import EntryInfo
 from trtwarm.lifecycle.inventory import Inventory
 from trtwarm.volume.layout import Layout

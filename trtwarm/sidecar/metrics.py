@@ -20,7 +20,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from trtwarm import handoff
+from trtwarm.init import handoff
 from trtwarm.lifecycle.gc import REASONS
 from trtwarm.volume.layout import Layout
 
@@ -170,7 +170,7 @@ class TrtwarmCollector(Collector):
                                  labels=["key", "name", "builder", "builder_version", "device", "precision"])
         if ready and report:
             builder, device = report.get("builder") or {}, report.get("device") or {}
-            from trtwarm.device import short_name
+            from trtwarm.node.device import short_name
 
             info.add_metric([str(report.get("key", ""))[:16], str(report.get("name", "")), str(builder.get("name", "")),
                              str(builder.get("version", "")), short_name(device), str(report.get("precision", ""))],

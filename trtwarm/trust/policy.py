@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm.errors import ConfigError, EntryInvalid, TrustError
-from trtwarm.fsutil import TooLarge, read_bounded
+from trtwarm.fs.ops import TooLarge, read_bounded
 from trtwarm.key import model_part
 from trtwarm.trust import envelope, keys
 from trtwarm.volume.store import SIGNATURE, Entry

@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from trtwarm.errors import EntryInvalid
-from trtwarm.fsutil import sha256_file
+from trtwarm.fs.ops import sha256_file
 from trtwarm.volume.chunks import chunk_fields, chunk_problem, hash_file
 
 MANIFEST = "manifest.json"

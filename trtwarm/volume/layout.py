@@ -34,7 +34,7 @@ from pathlib import Path
 
 from trtwarm import errors
 from trtwarm.errors import VolumeError
-from trtwarm.fsutil import READ_ONLY_ERRNOS, atomic_write
+from trtwarm.fs.ops import READ_ONLY_ERRNOS, atomic_write
 
 log = logging.getLogger("trtwarm.volume")
 LAYOUT_VERSION = 1

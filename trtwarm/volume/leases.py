@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trtwarm.config import Identity
-from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS, atomic_write_json
+from trtwarm.fs.ops import FULL_ERRNOS, READ_ONLY_ERRNOS, atomic_write_json
 from trtwarm.names import holder
 from trtwarm.volume.layout import Layout
 

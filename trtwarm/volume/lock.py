@@ -28,7 +28,7 @@ from typing import Any
 
 from trtwarm.config import Identity
 from trtwarm.errors import LockTimeoutError
-from trtwarm.fsutil import atomic_write_json, mount_of, read_json_object
+from trtwarm.fs.ops import atomic_write_json, mount_of, read_json_object
 from trtwarm.volume.layout import Layout
 
 log = logging.getLogger("trtwarm.lock")

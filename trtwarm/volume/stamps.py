@@ -44,8 +44,8 @@ import stat
 import time
 from pathlib import Path
 
-from trtwarm.fileinfo import safely_owned
-from trtwarm.fsutil import TooLarge, atomic_write_json, mount_of, read_bounded, sha256_file
+from trtwarm.fs.info import safely_owned
+from trtwarm.fs.ops import TooLarge, atomic_write_json, mount_of, read_bounded, sha256_file
 from trtwarm.volume.statcache import RACY_SECONDS, identity  # a stamp is keyed as the stat cache is
 
 log = logging.getLogger("trtwarm.stamps")
@@ -53,7 +53,7 @@ log = logging.getLogger("trtwarm.stamps")
 MAX_AGE_SECONDS = 24 * 3600.0
 _LIMIT = 4096
 #: the names of stamps (``<dev>-<inode>.json``), signature records (``sig-<sha256>.json``) and hit records
-#: (``hit-<crc32>.json``, :mod:`trtwarm.fasthit`)
+#: (``hit-<crc32>.json``, :mod:`trtwarm.init.fasthit`)
 _OURS = re.compile(r"[0-9a-f]+-[0-9a-f]+\.json|sig-[0-9a-f]{64}\.json|hit-[0-9a-f]{8}\.json")
 
 

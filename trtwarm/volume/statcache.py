@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from trtwarm.errors import ModelError
-from trtwarm.fileinfo import identity
-from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS, TooLarge, atomic_write_json, read_bounded, sha256_file
+from trtwarm.fs.info import identity
+from trtwarm.fs.ops import FULL_ERRNOS, READ_ONLY_ERRNOS, TooLarge, atomic_write_json, read_bounded, sha256_file
 from trtwarm.model import ModelFacts, check_model_path, external_path, inspect_uncached
 
 log = logging.getLogger("trtwarm.statcache")

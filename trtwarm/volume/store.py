@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trtwarm.atomic import touch
+from trtwarm.fs.atomic import touch
 from trtwarm.errors import EntryInvalid
-from trtwarm.fsutil import (
+from trtwarm.fs.ops import (
     READ_ONLY_ERRNOS,
     TooLarge,
     atomic_write_json,

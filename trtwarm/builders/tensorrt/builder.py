@@ -37,7 +37,7 @@ from trtwarm.builders.tensorrt.runtime import deserialize, refit_from_onnx
 from trtwarm.builders.tensorrt.runtime import engine_info as read_engine_info
 from trtwarm.builders.tensorrt.timing_cache import TimingCacheFile
 from trtwarm.errors import ConfigError, EntryInvalid
-from trtwarm.fsutil import TooLarge, read_bounded, sha256_file
+from trtwarm.fs.ops import TooLarge, read_bounded, sha256_file
 from trtwarm.model import ModelFacts
 from trtwarm.volume.layout import Layout
 from trtwarm.volume.store import read_manifest

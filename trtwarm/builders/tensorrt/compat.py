@@ -16,7 +16,7 @@ from typing import Any
 from trtwarm.builders.tensorrt.precision import check as precision_rules
 from trtwarm.config import Settings
 from trtwarm.errors import ConfigError
-from trtwarm.gpu import GpuInfo, key_fields
+from trtwarm.node.gpu import GpuInfo, key_fields
 
 PLAN_MAGIC = 0x74727466  # b"ftrt" little-endian: kPLAN_FILE_TAG in trtexec's printPlanVersion
 PLAN_HEADER_BYTES = 28

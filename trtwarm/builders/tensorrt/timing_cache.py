@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 
 from trtwarm.config import Identity
-from trtwarm.fsutil import TooLarge, atomic_write, read_bounded
+from trtwarm.fs.ops import TooLarge, atomic_write, read_bounded
 from trtwarm.volume.layout import Layout
 
 log = logging.getLogger("trtwarm.timing_cache")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from trtwarm.helptext import command_help, long_options, subcommands
+from trtwarm.cli.helptext import command_help, long_options, subcommands
 
 #: options whose value is a path (completed with file names)
 PATH_OPTIONS = frozenset({"--model", "--cache-dir", "--handoff-dir", "--plugin", "--triton-repo", "--workdir",

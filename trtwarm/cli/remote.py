@@ -73,7 +73,7 @@ def _out(doc: Any) -> None:
 
 
 def _row(key: str, ref: dict[str, Any]) -> list[str]:
-    from trtwarm.device import short_name
+    from trtwarm.node.device import short_name
     from trtwarm.lifecycle.tables import human_bytes, utc
 
     m = ref["manifest"]
@@ -208,7 +208,7 @@ def _still_unreferenced(repo: Repository, blobs: list[tuple[str, int]]) -> list[
 def cmd_coverage(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm remote coverage``: a table of matrix row × GPU product, present or missing, and a percentage."""
     from trtwarm.lifecycle.tables import render
-    from trtwarm.prebuild import coverage_rows
+    from trtwarm.cli.prebuild import coverage_rows
     from trtwarm.remote.coverage import cover, percent
 
     gpus = [g.strip() for g in ns.gpus.split(",") if g.strip()]
@@ -235,7 +235,7 @@ def cmd_coverage(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 def cmd_prebuild(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm prebuild``."""
-    from trtwarm.prebuild import run
+    from trtwarm.cli.prebuild import run
 
     return run(ns, environ)
 

@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from trtwarm.config import Identity
-from trtwarm.podenv import events_configured
+from trtwarm.node.podenv import events_configured
 
-log = logging.getLogger("trtwarm.events")
+log = logging.getLogger("trtwarm.node.events")
 REQUEST_TIMEOUT = 2.0
 REASONS = ("EngineCacheHit", "WaitingForEngineBuild", "EngineBuilt", "EngineQuarantined", "EngineBuildFailed")
 

@@ -1,4 +1,4 @@
-"""Writing this node's record of a verified stamped hit, which :mod:`trtwarm.fasthit` repeats (it says what a
+"""Writing this node's record of a verified stamped hit, which :mod:`trtwarm.init.fasthit` repeats (it says what a
 record holds and why repeating it is safe).
 
 A record is written after a hit that vouched for every file by stamp and warned of nothing while it looked the
@@ -24,17 +24,19 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from trtwarm import __version__, fasthit
-from trtwarm.fileinfo import identity
-from trtwarm.fsutil import atomic_write_json
-from trtwarm.handoff import WarmReport
-from trtwarm.plan import Plan
-from trtwarm.podenv import events_configured
+from trtwarm import __version__
+
+from trtwarm.init import fasthit
+from trtwarm.fs.info import identity
+from trtwarm.fs.ops import atomic_write_json
+from trtwarm.init.handoff import WarmReport
+from trtwarm.init.plan import Plan
+from trtwarm.node.podenv import events_configured
 from trtwarm.volume import leases, statcache
 from trtwarm.volume.statcache import RACY_SECONDS
 from trtwarm.volume.store import MANIFEST, SIGNATURE, Entry
 
-log = logging.getLogger("trtwarm.warm")
+log = logging.getLogger("trtwarm.init.warm")
 
 
 class _Said(logging.Handler):

@@ -1,6 +1,6 @@
 """What the Pod's environment says, read without importing anything heavy (the repeat hit needs it too).
 
-A leaf module: :mod:`trtwarm.events` and :mod:`trtwarm.fasthit` agree through it on whether Events are sent.
+A leaf module: :mod:`trtwarm.node.events` and :mod:`trtwarm.init.fasthit` agree through it on whether Events are sent.
 """
 
 from __future__ import annotations

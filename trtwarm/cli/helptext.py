@@ -1,7 +1,7 @@
 """What ``--help`` says beyond argparse's defaults: each flag's environment variable, the exit codes with their
 meaning, and a suggestion for a mistyped command.
 
-Pure functions over a built parser; :mod:`trtwarm.cli` calls them, and the shell completion reads the same parser.
+Pure functions over a built parser; :mod:`trtwarm.cli.main` calls them, and the shell completion reads the same parser.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Small filesystem primitives: hashing, fsync, atomic writes and bounded reads.
 
-Everything that must never be seen half-written goes through :func:`atomic_write` (:func:`trtwarm.atomic.write`):
+Everything that must never be seen half-written goes through :func:`atomic_write` (:func:`trtwarm.fs.atomic.write`):
 write a unique temporary file in the same directory, fsync it, rename it over the target once, fsync the directory.
 """
 
@@ -12,10 +12,10 @@ import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from trtwarm.atomic import fsync_dir
-from trtwarm.atomic import symlink as atomic_symlink
-from trtwarm.atomic import write as atomic_write
-from trtwarm.fileinfo import FULL_ERRNOS, READ_ONLY_ERRNOS
+from trtwarm.fs.atomic import fsync_dir
+from trtwarm.fs.atomic import symlink as atomic_symlink
+from trtwarm.fs.atomic import write as atomic_write
+from trtwarm.fs.info import FULL_ERRNOS, READ_ONLY_ERRNOS
 
 #: sha256_file's reads: large, so a thread beside the hashing (the verifier's import, trtwarm.trust.keys.preload)
 #: seldom holds the GIL when the hashing needs it between two reads (measured: 4 MiB cost that thread's overlap)

@@ -18,9 +18,9 @@ from trtwarm import __version__
 from trtwarm import log as logsetup
 from trtwarm.config import DEFAULT_CACHE_DIR, DEFAULT_HANDOFF_DIR, Settings, env_defaults
 from trtwarm.errors import BuildError, ConfigError, OutputError, exit_code_for
-from trtwarm.flags import add_init_flags, add_run_flags
-from trtwarm.helptext import annotate_env, exit_codes_epilog, unknown_command
-from trtwarm.output import as_error, guarded, report_failure
+from trtwarm.cli.flags import add_init_flags, add_run_flags
+from trtwarm.cli.helptext import annotate_env, exit_codes_epilog, unknown_command
+from trtwarm.cli.output import as_error, guarded, report_failure
 
 log = logging.getLogger("trtwarm")
 LIFECYCLE = ("ls", "show", "stats", "verify", "gc", "rm")
@@ -110,7 +110,7 @@ def _tool_commands(sub: Any, only: str | None) -> None:
 
         add_signing(sub, str(DEFAULT_CACHE_DIR))
     if only in (None, "remote", "prebuild"):
-        from trtwarm.remote_cli import add_parsers as add_remote_parsers
+        from trtwarm.cli.remote import add_parsers as add_remote_parsers
 
         add_remote_parsers(sub)
 
@@ -139,9 +139,9 @@ def _apply_env(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> N
 
 def cmd_init(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm init``."""
-    from trtwarm import handoff
-    from trtwarm.events import EventRecorder
-    from trtwarm.warm import warm
+    from trtwarm.init import handoff
+    from trtwarm.node.events import EventRecorder
+    from trtwarm.init.warm import warm
 
     settings = Settings.from_namespace(ns, environ)
     ns.settings = settings
@@ -165,7 +165,7 @@ def cmd_init(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 def cmd_key(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm key`` and ``trtwarm key --explain``."""
-    from trtwarm.plan import resolve
+    from trtwarm.init.plan import resolve
 
     plan = resolve(Settings.from_namespace(ns, environ))
     if ns.explain:
@@ -186,7 +186,7 @@ def cmd_key(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 def cmd_warm(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm warm --list FILE``: init for each model of the list, one progress line each, then a summary."""
-    from trtwarm.batch import run
+    from trtwarm.cli.batch import run
 
     if not ns.models_list:
         raise ConfigError("trtwarm warm needs --list FILE", hint="e.g. trtwarm warm --list models.json --cache-dir "
@@ -196,7 +196,7 @@ def cmd_warm(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 def cmd_completion(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm completion bash|zsh``: the script, generated from this parser."""
-    from trtwarm import completion
+    from trtwarm.cli import completion
 
     print(getattr(completion, ns.shell)(_parser()), end="")
     return 0
@@ -204,14 +204,14 @@ def cmd_completion(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 def cmd_selftest(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm selftest``."""
-    from trtwarm.selftest import run
+    from trtwarm.cli.selftest import run
 
     return run(environ, Path(ns.workdir) if ns.workdir else None)
 
 
 def cmd_demo(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm demo``."""
-    from trtwarm.demo import run
+    from trtwarm.cli.demo import run
 
     return run(Path(ns.cache_dir) if ns.cache_dir else None, Path(ns.workdir) if ns.workdir else None)
 
@@ -224,7 +224,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     args = list(sys.argv[1:] if argv is None else argv)
     command = args[0] if args and args[0] in COMMANDS else None
     if command == "init":  # as early as possible: a Pod deleted while its init starts still gets the message
-        from trtwarm.stopping import stop_on_signals
+        from trtwarm.init.stopping import stop_on_signals
 
         stop_on_signals()
     try:
@@ -248,7 +248,7 @@ def _parse(args: list[str], command: str | None, environ: Mapping[str, str]) -> 
     _apply_env(parser, environ)
     ns, extra = parser.parse_known_args(args)
     if command == "init":
-        ns.start_args = args[1:]  # as given: what a repeat of this start must match (trtwarm.fasthit)
+        ns.start_args = args[1:]  # as given: what a repeat of this start must match (trtwarm.init.fasthit)
     if extra:  # argparse's own message names only `trtwarm`, whose --help does not list a command's flags
         nested = getattr(ns, "remote_command", None) if command == "remote" else None
         where = " ".join(w for w in ("trtwarm", command, nested) if w)

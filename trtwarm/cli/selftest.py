@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trtwarm import gpu
+from trtwarm.node import gpu
 from trtwarm.config import Identity, Settings
 from trtwarm.errors import BuildError, ConfigError
 
@@ -105,8 +105,8 @@ def run(environ: Mapping[str, str], keep: Path | None = None) -> int:
     import numpy as np
 
     from trtwarm.builders.tensorrt.builder import tensorrt_version
-    from trtwarm.demo import make_model
-    from trtwarm.warm import warm
+    from trtwarm.cli.demo import make_model
+    from trtwarm.init.warm import warm
 
     identity(environ)
     try:

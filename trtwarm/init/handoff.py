@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm import __version__
-from trtwarm.fsutil import atomic_symlink, atomic_write, atomic_write_json, read_json_object
+from trtwarm.fs.ops import atomic_symlink, atomic_write, atomic_write_json, read_json_object
 
-log = logging.getLogger("trtwarm.handoff")
+log = logging.getLogger("trtwarm.init.handoff")
 REPORT = "engine.json"
 PREVIOUS = "engine.prev.json"
 LINK = "engine"

@@ -1,5 +1,5 @@
 """What a ``stat`` or an ``errno`` says, with nothing imported but ``os`` and ``errno``: a leaf, so the repeat hit
-(:mod:`trtwarm.fasthit`) shares these rules with the rest instead of restating them.
+(:mod:`trtwarm.init.fasthit`) shares these rules with the rest instead of restating them.
 """
 
 from __future__ import annotations

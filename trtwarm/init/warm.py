@@ -25,22 +25,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trtwarm import handoff, hitrecord
+from trtwarm.init import handoff, hitrecord
 from trtwarm.config import Settings
 from trtwarm.errors import BuildError, HandoffOnVolume, LockTimeoutError, VolumeError
-from trtwarm.events import EventRecorder
-from trtwarm.fsutil import FULL_ERRNOS, READ_ONLY_ERRNOS
-from trtwarm.handoff import WarmReport
-from trtwarm.plan import Plan, resolve
-from trtwarm.publish import build_and_publish
+from trtwarm.node.events import EventRecorder
+from trtwarm.fs.ops import FULL_ERRNOS, READ_ONLY_ERRNOS
+from trtwarm.init.handoff import WarmReport
+from trtwarm.init.plan import Plan, resolve
+from trtwarm.init.publish import build_and_publish
 from trtwarm.volume import leases
 from trtwarm.volume.layout import Layout, volume_error
 from trtwarm.volume.lock import BuildLock
 from trtwarm.volume.stamps import on_volume
 from trtwarm.volume.store import EngineStore, Entry
-from trtwarm.waiting import on_wait as _on_wait, wait_reason as _wait_reason
+from trtwarm.init.waiting import on_wait as _on_wait, wait_reason as _wait_reason
 
-log = logging.getLogger("trtwarm.warm")
+log = logging.getLogger("trtwarm.init.warm")
 
 
 def _lookup(plan: Plan) -> Entry | None:

@@ -1,7 +1,7 @@
 """The repeat hit: this node's record of a verified stamped hit, repeated without resolving the key again.
 
 A stamped hit (``--verify stamp``) that vouched for every file of its entry by stamp leaves a **hit record** in
-the node-local stamp directory (:mod:`trtwarm.hitrecord` writes it, and says when): the start it answered (the
+the node-local stamp directory (:mod:`trtwarm.init.hitrecord` writes it, and says when): the start it answered (the
 arguments, the working directory, and the environment without the Pod's own name and addresses), the
 **witnesses** its answer rests on as stat identities (the model and its external data, the builder's installed
 distribution, the trust policy and its keys, the volume's layout version, the entry's directory, manifest,
@@ -17,8 +17,8 @@ Kubernetes Events to send. What a record proves is what the stamps and signature
 directory, same owner rules, same threat model: :mod:`trtwarm.volume.stamps`). Nothing is written before every
 check has passed.
 
-Imports: ``json``, ``os``, ``signal``, ``sys``, ``time``, ``zlib`` and trtwarm's leaf modules (:mod:`trtwarm.atomic`
-writes as the full init does), on purpose: they are the whole cost (for a GPU, :mod:`trtwarm.gpu` and NVML too).
+Imports: ``json``, ``os``, ``signal``, ``sys``, ``time``, ``zlib`` and trtwarm's leaf modules (:mod:`trtwarm.fs.atomic`
+writes as the full init does), on purpose: they are the whole cost (for a GPU, :mod:`trtwarm.node.gpu` and NVML too).
 """
 
 from __future__ import annotations
@@ -31,10 +31,12 @@ import sys
 import time
 import zlib
 
-from trtwarm import __version__, atomic
-from trtwarm.fileinfo import FULL_ERRNOS, READ_ONLY_ERRNOS, identity, safely_owned
+from trtwarm import __version__
+
+from trtwarm.fs import atomic
+from trtwarm.fs.info import FULL_ERRNOS, READ_ONLY_ERRNOS, identity, safely_owned
 from trtwarm.names import holder
-from trtwarm.podenv import events_configured
+from trtwarm.node.podenv import events_configured
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # not at run time: every module imported here is paid on each repeat
@@ -145,7 +147,7 @@ def _device_holds(device: dict[str, Any], environ: Mapping[str, str]) -> bool:
     NVML again, as the builder reads it (which GPU CUDA shows this container can change without a reboot)."""
     if device["choice"] == "cpu":
         return True
-    from trtwarm import gpu  # NVML's share of the start: a GPU's full init pays it too
+    from trtwarm.node import gpu  # NVML's share of the start: a GPU's full init pays it too
     from trtwarm.errors import TrtwarmError
 
     try:
@@ -221,7 +223,7 @@ def _file_mode(volume: str) -> int:
 
 
 def _hand_off(directory: str, report: dict[str, Any]) -> None:
-    """:func:`trtwarm.handoff.clear`, then :func:`trtwarm.handoff.write`: the previous report set aside, the
+    """:func:`trtwarm.init.handoff.clear`, then :func:`trtwarm.init.handoff.write`: the previous report set aside, the
     ``engine`` link and ``engine.json`` replaced atomically."""
     for step in (lambda: os.replace(f"{directory}/engine.json", f"{directory}/engine.prev.json"),
                  lambda: os.unlink(f"{directory}/engine")):
@@ -236,7 +238,7 @@ def _hand_off(directory: str, report: dict[str, Any]) -> None:
 
 
 def _termination_message(path: str, summary: dict[str, Any]) -> None:
-    """= :func:`trtwarm.handoff.termination_message` for a summary (short: never over its 4 KiB)."""
+    """= :func:`trtwarm.init.handoff.termination_message` for a summary (short: never over its 4 KiB)."""
     if os.path.exists(path) and os.access(path, os.W_OK):
         try:
             with open(path, "w") as handle:
@@ -251,7 +253,7 @@ class _Log:
     def __init__(self, fmt: str) -> None:
         self.json = fmt == "json"
 
-    def say(self, level: str, message: str, logger: str = "trtwarm.warm") -> None:
+    def say(self, level: str, message: str, logger: str = "trtwarm.init.warm") -> None:
         now = time.time()
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
         line = (json.dumps({"ts": stamp, "level": level.lower(), "logger": logger, "msg": message}) if self.json

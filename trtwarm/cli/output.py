@@ -4,7 +4,7 @@ volume's), and on failure the error, its hint and, for ``init``, the JSON summar
 Without this, ``trtwarm ls > /dev/full`` raised ``ENOSPC`` from ``print`` and was reported as a full cache volume
 (exit 6, with a gc hint). :func:`guarded` puts a thin wrapper on ``sys.stdout`` for the length of a command: an
 ``OSError`` from a write or a flush becomes :class:`~trtwarm.errors.OutputError` (exit 14, or exit 0 for a reader
-that closed the pipe early, see :mod:`trtwarm.cli`).
+that closed the pipe early, see :mod:`trtwarm.cli.main`).
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def report_failure(ns: argparse.Namespace | None, exc: TrtwarmError, environ: Ma
     doc = {"result": "error", "exit_code": exit_code_for(exc), "error": exc.message, "hint": hint}
     if isinstance(exc, BuildError) and exc.log_tail:
         doc["log_tail"] = exc.log_tail
-    from trtwarm import handoff
+    from trtwarm.init import handoff
 
     settings = getattr(ns, "settings", None)
     handoff.termination_message(settings.termination_log if settings else termination_log_path(environ), doc)

@@ -2,8 +2,8 @@
 name in the same directory, (fsync it,) rename it over the target once, (fsync the directory). The rename is the
 guarantee.
 
-A leaf (``os`` and :mod:`trtwarm.fileinfo` only), so the repeat hit (:mod:`trtwarm.fasthit`) writes with the same
-code as the full init; :mod:`trtwarm.fsutil` re-exports these under its ``atomic_*`` names. Paths may be ``str`` or
+A leaf (``os`` and :mod:`trtwarm.fs.info` only), so the repeat hit (:mod:`trtwarm.init.fasthit`) writes with the same
+code as the full init; :mod:`trtwarm.fs.ops` re-exports these under its ``atomic_*`` names. Paths may be ``str`` or
 :class:`os.PathLike`.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import errno
 import os
 
-from trtwarm.fileinfo import FULL_ERRNOS, READ_ONLY_ERRNOS
+from trtwarm.fs.info import FULL_ERRNOS, READ_ONLY_ERRNOS
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # not imported at run time: the repeat hit pays for every module it loads

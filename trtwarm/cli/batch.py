@@ -26,9 +26,9 @@ from typing import Any
 
 from trtwarm.config import Settings
 from trtwarm.errors import ConfigError, TrtwarmError, exit_code_for, hint_for
-from trtwarm.helptext import long_options, subcommands
+from trtwarm.cli.helptext import long_options, subcommands
 
-log = logging.getLogger("trtwarm.batch")
+log = logging.getLogger("trtwarm.cli.batch")
 _LIST_HINT = 'e.g. [{"model": "/models/a.onnx", "builder": "onnxruntime", "shape": ["input=1x16:8x16:32x16"]}]'
 
 
@@ -101,7 +101,7 @@ def _namespace(sub: argparse.ArgumentParser, ns: argparse.Namespace, item: Mappi
 
 def _warm_one(sub: argparse.ArgumentParser, ns: argparse.Namespace, item: Mapping[str, Any], handoff: Path,
               environ: Mapping[str, str]) -> dict[str, Any]:
-    from trtwarm.warm import warm
+    from trtwarm.init.warm import warm
 
     start = time.monotonic()
     try:

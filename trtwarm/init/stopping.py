@@ -13,8 +13,9 @@ log = logging.getLogger("trtwarm")
 def stop_on_signals() -> None:
     """Turn the first SIGTERM or SIGINT into :class:`Terminated` / :class:`Interrupted`, raised in the main thread:
     the code unwinding it stops a build's process group, removes the staging directory and releases the locks, and
-    :func:`trtwarm.cli.main` writes the termination message and exits 143 / 130. A second signal during that cleanup
-    is only logged, so the cleanup itself is not cut short (the kubelet's SIGKILL after the grace period still is)."""
+    :func:`trtwarm.cli.main.main` writes the termination message and exits 143 / 130. A second signal during that
+    cleanup is only logged, so the cleanup itself is not cut short (the kubelet's SIGKILL after the grace period
+    still is)."""
     stopping: list[int] = []
 
     def handler(signum: int, _frame: object) -> None:

@@ -7,10 +7,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from trtwarm.plan import Plan
+from trtwarm.init.plan import Plan
 from trtwarm.volume.lock import describe_owner
 
-log = logging.getLogger("trtwarm.warm")
+log = logging.getLogger("trtwarm.init.warm")
 
 
 def wait_message(name: str, owner: dict[str, Any] | None, gpu_lock: str | None = None) -> str:

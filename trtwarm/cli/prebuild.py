@@ -31,7 +31,7 @@ from trtwarm.remote.repo import Repository
 from trtwarm.remote.sync import RemoteSync
 from trtwarm.remote.url import parse
 
-log = logging.getLogger("trtwarm.prebuild")
+log = logging.getLogger("trtwarm.cli.prebuild")
 
 
 def _flags(row: Mapping[str, Any], base: Path) -> list[str]:
@@ -88,7 +88,7 @@ class _RowParser(argparse.ArgumentParser):
 
 def settings_for(flags: list[str], environ: Mapping[str, str], **extra: Any) -> Settings:
     """Parse one row's flags with ``init``'s parser (same validation) into Settings; *extra* overrides."""
-    from trtwarm.flags import add_init_flags, add_run_flags
+    from trtwarm.cli.flags import add_init_flags, add_run_flags
 
     parser = _RowParser(prog="trtwarm prebuild", add_help=False)
     add_init_flags(parser)
@@ -102,8 +102,8 @@ def settings_for(flags: list[str], environ: Mapping[str, str], **extra: Any) -> 
 
 def _one(label: str, settings: Settings, sync: RemoteSync) -> str:
     """Build and push one row unless the remote has it. :return: what happened"""
-    from trtwarm.plan import resolve
-    from trtwarm.warm import warm
+    from trtwarm.init.plan import resolve
+    from trtwarm.init.warm import warm
 
     plan = resolve(settings)
     if sync.repo.get_ref(plan.key) is not None:

@@ -1,7 +1,7 @@
 """Building a plan's engine and publishing it: staging, the load check, the manifest of every file, the signature,
 the one atomic rename (and, with ``--remote-push required``, the push from staging before that rename).
 
-Call :func:`build_and_publish` with the key's build lock held; :mod:`trtwarm.warm` decides when.
+Call :func:`build_and_publish` with the key's build lock held; :mod:`trtwarm.init.warm` decides when.
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from typing import Any
 
 from trtwarm import __version__
 from trtwarm.errors import BuildError, EntryInvalid
-from trtwarm.fsutil import volume_full
-from trtwarm.plan import Plan
+from trtwarm.fs.ops import volume_full
+from trtwarm.init.plan import Plan
 from trtwarm.volume.files import SCHEMA, list_built
 from trtwarm.volume.lock import PROGRESS_SECONDS
 from trtwarm.volume.store import Entry
 
-log = logging.getLogger("trtwarm.warm")
+log = logging.getLogger("trtwarm.init.warm")
 
 
 @contextlib.contextmanager

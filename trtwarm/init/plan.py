@@ -1,7 +1,7 @@
 """Resolving a start: the model's facts, the builder, the key document, the key and the entry name, as a :class:`Plan`.
 
 :func:`resolve` reads and decides, it never builds and never writes the cache (``trtwarm key`` and ``key --explain``
-stop here); :mod:`trtwarm.warm` acts on the plan.
+stop here); :mod:`trtwarm.init.warm` acts on the plan.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from trtwarm.builders.base import Builder, get_builder
 from trtwarm.config import Settings
 from trtwarm.errors import ConfigError
-from trtwarm.events import EventRecorder
+from trtwarm.node.events import EventRecorder
 from trtwarm.key import entry_name, key_document, key_of, model_fields
 from trtwarm.model import ModelFacts, check_model_path, unshaped_dynamic_inputs
 from trtwarm.trust.policy import Gate
@@ -25,7 +25,7 @@ from trtwarm.volume.stamps import StampBook, on_volume
 from trtwarm.volume.statcache import inspect_model
 from trtwarm.volume.store import EngineStore, Entry
 
-log = logging.getLogger("trtwarm.warm")
+log = logging.getLogger("trtwarm.init.warm")
 
 
 @dataclass
