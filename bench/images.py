@@ -2,7 +2,7 @@
 
 ``python bench/images.py`` builds both images from this checkout with podman (``tests/podman_images.py``: a base made
 from Debian packages, no registry), measures, and replaces the table between the ``<!-- bench-images -->`` markers
-in README.md; ``bench/run.py`` runs it too (``--only images``). Where podman cannot run, it says why and measures
+in docs/benchmarks.md; ``bench/run.py`` runs it too (``--only images``). Where podman cannot run, it says why and measures
 nothing.
 
 * sizes: the sidecar image, the init image without TensorRT (``TENSORRT_PACKAGE=""``) and the init-pull image (pull-only
@@ -165,7 +165,7 @@ def render_images(result: dict[str, object] | str) -> str:
 
 def write_readme(table: str) -> None:
     """Replace the README's image block with *table*."""
-    readme = ROOT / "README.md"
+    readme = ROOT / "docs" / "benchmarks.md"
     readme.write_text(re.sub(r"(<!-- bench-images -->\n).*?(<!-- /bench-images -->)", lambda m: m[1] + table + m[2],
                              readme.read_text(), flags=re.S))
 

@@ -13,7 +13,7 @@ README.md (``--quick``: smaller sizes, nothing written). Not timed tests: target
 * trust: a hit with the signature verified under ``--trust-mode enforce`` vs the same hit with trust off (target:
   <= 5 ms added), and in one process what the check costs after hashing, with and without init's background
   import of the verifier (``bench/trust.py``). ``--only trust`` runs just
-  this one and replaces its row in README.md.
+  this one and replaces its row in docs/benchmarks.md.
 * key resolution of a 1 GiB model with the stat cache vs a full hash; ``ls``, ``ls --json``, ``stats``,
   ``gc --dry-run`` on 10,000 entries vs reading every manifest; ``/metrics`` p99 vs ``/healthz`` on one sidecar.
 * images (``bench/images.py``, its own README block; nothing measured, with the reason, where podman cannot run):
@@ -349,7 +349,7 @@ def main() -> int:
                       "scrape": scrape, "trust": trust}, indent=1), file=sys.stderr)
     if not args.quick:
         (ROOT / "bench" / "RESULTS.md").write_text(table)
-        readme = ROOT / "README.md"
+        readme = ROOT / "docs" / "benchmarks.md"
         text = readme.read_text()
         new = re.sub(r"(<!-- bench -->\n).*?(<!-- /bench -->)", lambda m: m[1] + table + m[2], text, flags=re.S)
         readme.write_text(new)
@@ -372,7 +372,7 @@ def _trust(work: Path) -> dict[str, object]:
 
 
 def _only_remote(quick: bool) -> int:
-    """The remote-repository row (bench/bench_remote.py), between ``<!-- bench-remote -->`` markers in README.md."""
+    """The remote-repository row (bench/bench_remote.py), between ``<!-- bench-remote -->`` markers in docs/benchmarks.md."""
     from bench_remote import bench_remote, render as render_remote
 
     with tempfile.TemporaryDirectory(prefix="trtwarm-bench-remote-") as tmp:
@@ -380,7 +380,7 @@ def _only_remote(quick: bool) -> int:
     table = render_remote(row)
     print(table)
     if not quick:
-        readme = ROOT / "README.md"
+        readme = ROOT / "docs" / "benchmarks.md"
         readme.write_text(re.sub(r"(<!-- bench-remote -->\n).*?(<!-- /bench-remote -->)",
                                  lambda m: m[1] + table + m[2], readme.read_text(), flags=re.S))
     return 0
@@ -393,7 +393,7 @@ def _only_trust() -> int:
     with tempfile.TemporaryDirectory(prefix="trtwarm-bench-") as tmp:
         row = trust_row(_trust(Path(tmp)))
     print(row)
-    readme = ROOT / "README.md"
+    readme = ROOT / "docs" / "benchmarks.md"
     text = readme.read_text()
     if re.search(r"^\| hit with signature check.*$", text, flags=re.M):
         text = re.sub(r"(^\| hit with signature check.*\n)+", lambda m: row + "\n", text, count=1, flags=re.M)

@@ -79,7 +79,7 @@ def _added(r: dict, row: str) -> str:
 
 
 def trust_row(r: dict) -> str:
-    """The signature-check rows (``--only trust`` replaces just these rows in README.md)."""
+    """The signature-check rows (``--only trust`` replaces just these rows in docs/benchmarks.md)."""
     if "first_s" not in r:  # a table from before the first-check row
         return _row("hit with signature check (Ed25519, `--trust-mode enforce`), 10 MiB engine, `--verify digest`",
                     _ms(r["enforce_s"]), f"same hit, trust off: {_ms(r['off_s'])}", r["ratio"], "≤ 5 ms added",

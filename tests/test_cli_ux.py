@@ -17,7 +17,7 @@ from trtwarm.config import env_name
 from trtwarm.errors import EXIT_MEANINGS
 from trtwarm.cli.helptext import long_options, subcommands
 
-README = (ROOT / "README.md").read_text()
+README = (ROOT / "docs" / "cli.md").read_text()  # the CLI reference
 
 
 def _section(title: str) -> str:

@@ -151,8 +151,8 @@ def test_a_second_gc_on_the_same_volume_does_not_run_concurrently(model: Path, c
 # --- a real Prometheus server ---------------------------------------------------------------------------------
 
 def readme_promql(title: str) -> str:
-    """The PromQL the README gives under a ``# <title>`` comment line."""
-    text = (ROOT / "README.md").read_text()
+    """The PromQL docs/metrics.md gives under a ``# <title>`` comment line."""
+    text = (ROOT / "docs" / "metrics.md").read_text()
     match = re.search(rf"^# {re.escape(title)}\n(.+?)\n(?:#|```)", text, re.M | re.S)
     assert match, f"README has no PromQL titled {title!r}"
     return " ".join(line.strip() for line in match[1].splitlines())
