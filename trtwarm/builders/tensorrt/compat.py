@@ -199,7 +199,8 @@ def built_on(manifest: dict[str, Any]) -> str:
     return f"built on driver {driver}" if driver else ""
 
 
-def timing_cache_id(tensorrt_version: str, gpu_info: GpuInfo, plan: ConfigPlan, cuda: str | None = None) -> str:
+def timing_cache_id(tensorrt_version: str, gpu_info: GpuInfo, plan: ConfigPlan, cuda: str | None = None,
+                    platform: str | None = None) -> str:
     """The shared timing cache's id: TensorRT version, CUDA major, the GPU *product* on this host platform and the
     flags that change tactics.
 
@@ -208,11 +209,11 @@ def timing_cache_id(tensorrt_version: str, gpu_info: GpuInfo, plan: ConfigPlan, 
     so two products sharing one file would keep replacing each other's cache. ``setTimingCache`` checks only "the
     CUDA device property" (``include/NvInfer.h`` release/10.16 L11657-11675), while a cache's content "is specific
     to the targeted device, CUDA, TensorRT versions" (builder-performance page, 10.16.1): so the id itself carries
-    the CUDA major (*cuda*: the wheel's ``cuN``, else the driver's CUDA major) and the platform (in
-    :func:`~trtwarm.node.gpu.key_fields`).
+    the CUDA major (*cuda*: the wheel's ``cuN``, else the driver's CUDA major) and the platform (*platform*, default
+    this host's, in :func:`~trtwarm.node.gpu.key_fields`).
     """
     cuda = cuda or f"driver{gpu_info.cuda_driver_version // 1000}"
-    doc = {"tensorrt": tensorrt_version, "cuda": cuda, "device": key_fields(gpu_info),
+    doc = {"tensorrt": tensorrt_version, "cuda": cuda, "device": key_fields(gpu_info, platform=platform),
            "flags": sorted(plan.timing_cache_flags), "hardware_level": plan.hardware_level}
     digest = hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     return f"trt{tensorrt_version}-{digest[:16]}"
