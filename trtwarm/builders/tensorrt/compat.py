@@ -219,5 +219,6 @@ def timing_cache_id(tensorrt_version: str, gpu_info: GpuInfo, plan: ConfigPlan, 
     return f"trt{tensorrt_version}-{digest[:16]}"
 
 
-__all__ = ["HARDWARE_LEVELS", "built_on", "canonical_version", "KNOWN_MESSAGES", "PLAN_MAGIC", "ConfigPlan", "PlanHeader",
-           "config_plan", "default_precision", "load_verdict", "parse_version", "plan_header", "timing_cache_id"]
+__all__ = ["HARDWARE_LEVELS", "KNOWN_MESSAGES", "PLAN_MAGIC", "ConfigPlan", "PlanHeader", "built_on",
+           "canonical_version", "config_plan", "default_precision", "load_verdict", "parse_version", "plan_header",
+           "refuse_early", "timing_cache_id"]
