@@ -154,3 +154,11 @@ def test_the_host_platform_is_in_the_key_of_every_gpu_keyed_builder() -> None:
             assert diff(x86, arm) == [("device.platform", "linux-x86_64", "linux-aarch64")]
             before = {**x86, "device": {k: v for k, v in x86["device"].items() if k != "platform"}}
             assert key_of(before) != key_of(x86)
+
+
+def test_an_entry_name_says_when_its_gpu_host_is_not_x86_64() -> None:
+    from trtwarm.node.device import short_name
+
+    hopper = gpu.GpuInfo("GPU-1", "NVIDIA GH200 480GB", (9, 0), 96 << 30)
+    assert short_name(gpu.key_fields(hopper, "same-cc", "linux-aarch64")) == "sm9.0-linux-aarch64"
+    assert short_name(gpu.key_fields(hopper, "none", "linux-x86_64")) == "NVIDIA GH200 480GB"
