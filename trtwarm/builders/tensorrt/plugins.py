@@ -112,7 +112,8 @@ def serialize_plugins(config: Any, parser: Any, paths: tuple[Path, ...]) -> list
     """Give the version-compatible build every plugin library to carry: those the parser says the network uses
     (``parser.get_used_vc_plugin_libraries()``) and the ``--plugin`` ones, each once, as
     ``config.plugins_to_serialize`` (``IBuilderConfig.plugins_to_serialize``, pyCore.cpp; NvInfer.h L11848-11856)."""
-    used = [str(p) for p in parser.get_used_vc_plugin_libraries()]
+    query = getattr(parser, "get_used_vc_plugin_libraries", None)  # a parser without it names none
+    used = [str(p) for p in query()] if query is not None else []
     libraries = list(dict.fromkeys([*used, *(str(p) for p in paths)]))
     if libraries:
         config.plugins_to_serialize = libraries
