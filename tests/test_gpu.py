@@ -12,6 +12,7 @@ import pytest
 
 from conftest import run_trtwarm, spawn, wait_for_log, wait_until
 from trtwarm.node import gpu
+from trtwarm.node.hostplatform import host_platform
 from trtwarm.errors import ConfigError
 from trtwarm.init.waiting import wait_message
 
@@ -57,12 +58,13 @@ def test_no_visible_gpu_is_a_config_error_about_the_gpu_request(env: dict[str, s
 def test_key_fields_round_memory_and_drop_the_uuid() -> None:
     fields = gpu.key_fields(H200)
     assert fields == {"kind": "gpu", "product": "NVIDIA H200", "compute_capability": "9.0", "mig_profile": None,
-                      "memory_gib": 140}
+                      "memory_gib": 140, "platform": host_platform()}
     assert gpu.key_fields(H200) == gpu.key_fields(H200_B)
 
 
 def test_hardware_compat_keys_the_class_not_the_product() -> None:
-    assert gpu.key_fields(H200, "ampere+") == gpu.key_fields(A100, "ampere+") == {"kind": "gpu", "class": "ampere+"}
+    assert gpu.key_fields(H200, "ampere+") == gpu.key_fields(A100, "ampere+") == {"kind": "gpu", "class": "ampere+",
+                                                                                  "platform": host_platform()}
     assert gpu.key_fields(H200, "same-cc") != gpu.key_fields(A100, "same-cc")
     assert gpu.key_fields(H200, "same-cc")["class"] == "sm9.0"
 
@@ -170,3 +172,141 @@ def test_volume_mounts_strategy_lists_the_devices_as_file_names(tmp_path: Path) 
     assert "nvidia.com/gpu" in str(info.value.hint)
     with pytest.raises(ConfigError, match="cannot be read"):
         gpu.select([H200], env, devices_dir=tmp_path / "missing")
+
+
+# --- NVML's refusals on MIG instances and integrated GPUs ------------------------------------------------------
+
+class RecordedNvml:
+    """A stand-in for the ``pynvml`` module, answering from recorded device facts and raising the real
+    ``nvidia-ml-py`` exception classes (``pynvml.NVMLError(code)`` builds the documented subclass, e.g.
+    ``NVMLError_NoPermission``) where NVML documents a refusal. No GPU exists here: this tests trtwarm's handling
+    of NVML's documented error codes, not NVML or a GPU."""
+
+    def __init__(self, devices: dict[str, dict], refuse: dict[tuple[str, str], int], top: list[str]) -> None:
+        import pynvml
+
+        self.NVMLError, self.NVML_DEVICE_MIG_ENABLE = pynvml.NVMLError, pynvml.NVML_DEVICE_MIG_ENABLE
+        self.devices, self.refuse, self.top, self.shut = devices, refuse, top, False
+
+    def _answer(self, call: str, handle: str, value: object) -> object:
+        if (call, handle) in self.refuse:
+            raise self.NVMLError(self.refuse[(call, handle)])
+        return value
+
+    def nvmlInit(self) -> None:
+        self._answer("init", "", None)
+
+    def nvmlShutdown(self) -> None:
+        self.shut = True
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return "580.159.03"
+
+    def nvmlSystemGetCudaDriverVersion_v2(self) -> int:
+        return 13000
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.top)
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> str:
+        return str(self._answer("handle", self.top[i], self.top[i]))
+
+    def nvmlDeviceGetName(self, h: str) -> str:
+        return str(self._answer("name", h, self.devices[h]["name"]))
+
+    def nvmlDeviceGetUUID(self, h: str) -> str:
+        return str(self._answer("uuid", h, self.devices[h]["uuid"]))
+
+    def nvmlDeviceGetCudaComputeCapability(self, h: str) -> object:
+        return self._answer("cc", h, self.devices[h].get("cc", (9, 0)))
+
+    def nvmlDeviceGetPciInfo(self, h: str) -> object:
+        return self._answer("pci", h, type("Pci", (), {"busId": b"00000000:19:00.0"})())
+
+    def nvmlDeviceGetMemoryInfo(self, h: str) -> object:
+        return self._answer("memory", h, type("Mem", (), {"total": self.devices[h].get("memory", 80 << 30)})())
+
+    def nvmlDeviceGetAttributes_v2(self, h: str) -> object:
+        if "parent" not in self.devices[h]:  # documented: "currently only supports MIG device handles"
+            raise self.NVMLError(__import__("pynvml").NVML_ERROR_NOT_SUPPORTED)
+        return self._answer("attributes", h, type("Attr", (), {"memorySizeMB": 10240})())
+
+    def nvmlDeviceGetMigMode(self, h: str) -> object:
+        return self._answer("mig", h, [1 if self.devices[h].get("children") else 0, 0])
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: str) -> int:
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: str, i: int) -> str:
+        children = self.devices[h]["children"]
+        if i >= len(children):
+            raise self.NVMLError(__import__("pynvml").NVML_ERROR_NOT_FOUND)  # an unpopulated slot
+        return str(children[i])
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, h: str) -> str:
+        if "parent" not in self.devices[h]:  # documented: INVALID_ARGUMENT for a handle that is no MIG device
+            raise self.NVMLError(__import__("pynvml").NVML_ERROR_INVALID_ARGUMENT)
+        return str(self.devices[h]["parent"])
+
+
+def _nvml_codes() -> tuple[int, int]:
+    import pynvml
+
+    return pynvml.NVML_ERROR_NO_PERMISSION, pynvml.NVML_ERROR_NOT_SUPPORTED
+
+
+def test_a_mig_container_reads_its_instance_when_the_parent_refuses_its_memory() -> None:
+    """NVML in a MIG container: the parent's memory query is NO_PERMISSION, the MIG handle answers compute capability
+    and PCI only through its parent (NOT_SUPPORTED), and one instance refuses memory info too (then its MIG
+    attributes give the size). Before: an NVMLError escaped and every GPU builder exited 1 "this is a bug"."""
+    no_permission, not_supported = _nvml_codes()
+    devices = {"h100": {"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-aaaa", "children": ["m0", "m1"]},
+               "m0": {"name": "NVIDIA H100 80GB HBM3 MIG 1g.10gb", "uuid": "MIG-0000", "parent": "h100",
+                      "memory": 10 << 30},
+               "m1": {"name": "NVIDIA H100 80GB HBM3 MIG 1g.10gb", "uuid": "MIG-1111", "parent": "h100"}}
+    refuse = {("memory", "h100"): no_permission, ("memory", "m1"): no_permission,
+              **{(call, m): not_supported for call in ("cc", "pci") for m in ("m0", "m1")}}
+    nvml = RecordedNvml(devices, refuse, ["h100"])
+    found = gpu.detect(nvml)
+    assert [g.uuid for g in found] == ["GPU-aaaa", "MIG-0000", "MIG-1111"] and nvml.shut
+    parent, first, second = found
+    assert parent.memory_bytes is None and parent.memory_gib is None
+    assert first.memory_gib == 10 and second.memory_bytes == 10240 << 20  # nvmlDeviceGetAttributes_v2
+    assert first.compute_capability == (9, 0) and first.pci_bus_id == "00000000:19:00.0"
+    chosen = gpu.select(found, {"NVIDIA_VISIBLE_DEVICES": "MIG-1111"})
+    assert gpu.key_fields(chosen)["mig_profile"] == "1g.10gb" and gpu.key_fields(chosen)["memory_gib"] == 10
+
+
+def test_an_integrated_gpu_without_memory_or_mig_queries_is_read() -> None:
+    """GB10-like: framebuffer memory, PCI info and MIG mode answer NOT_SUPPORTED; the key says memory unknown."""
+    _no_permission, not_supported = _nvml_codes()
+    devices = {"gb10": {"name": "NVIDIA GB10", "uuid": "GPU-bbbb", "cc": (12, 1)}}
+    refuse = {(call, "gb10"): not_supported for call in ("memory", "attributes", "mig", "pci")}
+    [info] = gpu.detect(RecordedNvml(devices, refuse, ["gb10"]))
+    assert info.compute_capability == (12, 1) and info.memory_bytes is None and info.pci_bus_id == ""
+    fields = gpu.key_fields(gpu.select([info], {}))
+    assert fields["memory_gib"] is None and fields["product"] == "NVIDIA GB10"
+
+
+def test_devices_nvml_will_not_open_or_name_are_skipped_and_no_driver_is_no_gpu() -> None:
+    import pynvml
+
+    no_permission, not_supported = _nvml_codes()
+    devices = {"a": {"name": "NVIDIA H200", "uuid": "GPU-a"}, "b": {"name": "NVIDIA H200", "uuid": "GPU-b"},
+               "c": {"name": "NVIDIA H200", "uuid": "GPU-c"}}
+    nvml = RecordedNvml(devices, {("handle", "a"): no_permission, ("uuid", "c"): not_supported}, ["a", "b", "c"])
+    assert [g.uuid for g in gpu.detect(nvml)] == ["GPU-b"]
+    missing = RecordedNvml({}, {("init", ""): pynvml.NVML_ERROR_LIBRARY_NOT_FOUND}, [])
+    assert gpu.detect(missing) == []
+
+
+def test_the_platform_is_in_every_gpu_key_form() -> None:
+    """An x86_64 H100 and an aarch64 GH200 share sm9.0: the key's device section names the host platform."""
+    from trtwarm.node.hostplatform import host_platform, parse_platform
+
+    for compat in ("none", "ampere+", "same-cc"):
+        assert gpu.key_fields(H200, compat)["platform"] == host_platform()
+        assert gpu.key_fields(H200, compat, "linux-aarch64") != gpu.key_fields(H200, compat, "linux-x86_64")
+    assert parse_platform("Linux-arm64") == "linux-aarch64" and parse_platform("linux-amd64") == "linux-x86_64"
+    with pytest.raises(ValueError, match="not a platform"):
+        parse_platform("aarch64")

@@ -136,3 +136,29 @@ def test_key_diff_names_a_gpu_change_on_recorded_identities() -> None:
                for path, old, new in diff({"device": gpu.key_fields(h100)}, {"device": gpu.key_fields(h200)})}
     assert changes["device.product"] == ("NVIDIA H100 80GB HBM3", "NVIDIA H200")
     assert "device.compute_capability" not in changes
+
+
+def test_the_host_platform_is_in_the_key_of_every_gpu_keyed_builder() -> None:
+    """An engine runs only on the OS and CPU architecture it was built on (TensorRT RuntimePlatform SAME_AS_BUILD):
+    an x86_64 H100 and an aarch64 GH200 are both sm9.0, so a class-keyed engine must not be shared between them; and
+    a key made before the platform was in it (no ``device.platform``) is a different key, so such entries are misses."""
+    model, build = {"sha256": "a", "bytes": 1}, {}
+    hopper = gpu.GpuInfo("GPU-1", "NVIDIA H100 80GB HBM3", (9, 0), 80 << 30)
+    for builder in ({"name": "tensorrt", "version": "10.16.1.11", "cuda": "12"},
+                    {"name": "command", "version": "trtexec-10.16.1.11"},
+                    {"name": "onnxruntime", "version": "1.32.0", "provider": "TensorrtExecutionProvider"}):
+        for compat in ("none", "ampere+", "same-cc"):
+            x86 = key_document(model, builder, gpu.key_fields(hopper, compat, "linux-x86_64"), build)
+            arm = key_document(model, builder, gpu.key_fields(hopper, compat, "linux-aarch64"), build)
+            assert key_of(x86) != key_of(arm)
+            assert diff(x86, arm) == [("device.platform", "linux-x86_64", "linux-aarch64")]
+            before = {**x86, "device": {k: v for k, v in x86["device"].items() if k != "platform"}}
+            assert key_of(before) != key_of(x86)
+
+
+def test_an_entry_name_says_when_its_gpu_host_is_not_x86_64() -> None:
+    from trtwarm.node.device import short_name
+
+    hopper = gpu.GpuInfo("GPU-1", "NVIDIA GH200 480GB", (9, 0), 96 << 30)
+    assert short_name(gpu.key_fields(hopper, "same-cc", "linux-aarch64")) == "sm9.0-linux-aarch64"
+    assert short_name(gpu.key_fields(hopper, "none", "linux-x86_64")) == "NVIDIA GH200 480GB"

@@ -103,6 +103,34 @@ def test_coverage_matches_product_and_class_and_ignores_cuda_when_not_declared()
     assert coverage.cover([("m", strict)], ["NVIDIA H100 80GB HBM3"], refs)[0].key is None
 
 
+def test_coverage_answers_an_aarch64_grace_hopper_column_apart_from_x86_64_hopper(tmp_path: Path) -> None:
+    """An engine runs only on the platform it was built on (TensorRT RuntimePlatform SAME_AS_BUILD): a ref built on
+    an x86_64 sm9.0 node covers the x86_64 column only; a ref keyed before the platform was in the key, none."""
+    want = {"schema": 1, "model": {"sha256": "m"}, "build": {"precision": "fp16"},
+            "builder": {"name": "tensorrt", "version": "10.16.1.11", "cuda": "12"}}
+    x86 = {**want, "device": {"kind": "gpu", "class": "sm9.0", "platform": "linux-x86_64"}}
+    old = {**want, "device": {"kind": "gpu", "class": "sm9.0"}}
+    cols = coverage.columns(["sm9.0", "cpu", "sm8.0@linux-aarch64"], ["linux-x86_64", "linux-aarch64"])
+    assert cols == ["sm9.0@linux-x86_64", "sm9.0@linux-aarch64", "cpu", "sm8.0@linux-aarch64"]
+    cells = coverage.cover([("m/fp16", want)], cols[:2], [("k1", make_ref(_manifest(doc=x86), None)),
+                                                          ("k0", make_ref(_manifest(doc=old), None))])
+    assert [(c.gpu, c.key) for c in cells] == [("sm9.0@linux-x86_64", "k1"), ("sm9.0@linux-aarch64", None)]
+    from trtwarm.cli.prebuild import _check_platform, matrix_platforms
+    from trtwarm.node.hostplatform import host_platform
+
+    matrix = tmp_path / "matrix.json"
+    matrix.write_text(json.dumps({"models": [{"model": "a.onnx"}], "platforms": ["linux-amd64", "Linux-arm64"]}))
+    assert matrix_platforms(matrix) == ["linux-x86_64", "linux-aarch64"]
+    matrix.write_text(json.dumps({"models": [{"model": "a.onnx"}]}))
+    assert matrix_platforms(matrix) == [host_platform()]
+    matrix.write_text(json.dumps({"models": [{"model": "a.onnx"}], "platforms": ["aarch64"]}))
+    with pytest.raises(ConfigError, match="not a platform"):
+        matrix_platforms(matrix)
+    with pytest.raises(ConfigError, match="the matrix declares the platforms linux-riscv64") as err:
+        _check_platform(["linux-riscv64"])  # this runner's engines would serve no node of the fleet
+    assert "run prebuild on a runner of each declared platform" in (err.value.hint or "")
+
+
 def test_coverage_of_tensorrt_rows_needs_no_tensorrt_and_no_gpu(tmp_path: Path, model: Path) -> None:
     """--tensorrt declares the version: the key's builder section is computed without importing TensorRT."""
     matrix = tmp_path / "matrix.json"

@@ -418,3 +418,107 @@ def test_ls_and_key_explain_show_what_the_engine_reported(model: Path, tmp_path:
     explain = run_trtwarm("key", *base, "--builder-version", "new", "--explain")
     assert "(built on driver 580.65.06)" in explain.stdout
     assert 'builder.version\n      entry: "old"\n      this:  "new"' in explain.stdout
+
+
+# --- third review (issue 29): versions, profiles, plugins, timing-cache id, messages for 11.x ------------------------
+
+@pytest.mark.parametrize("given,dist,version", [
+    ("10.16.1.11", "tensorrt", "10.16.1.11"), ("10.16.01.11+cu12", "tensorrt-cu12", "10.16.1.11"),
+    (" 011.04.0.106+cu013 ", "tensorrt-cu13", "11.4.0.106")])
+def test_a_declared_tensorrt_version_is_keyed_in_one_spelling(given: str, dist: str, version: str) -> None:
+    from trtwarm.builders.tensorrt.version import declared_version
+
+    if HAVE_TRT:
+        pytest.skip("TensorRT is installed here: a declared version must equal it")
+    assert declared_version(given) == (dist, version)
+
+
+@pytest.mark.parametrize("given,words", [
+    ("10.16", "is not exact"), ("10.16.1", "is not exact"), ("10.16.1.11.2", "is not exact"),
+    ("10.7.0.post1", "packaging revision"), ("10.7.0.post1+cu12", "packaging revision"), ("10.x", "not a TensorRT")])
+def test_a_declared_tensorrt_version_that_is_not_exact_is_refused(model: Path, given: str, words: str) -> None:
+    """Two or three parts cannot be made exact (a plan loads only in the TensorRT of the same four numbers), and a
+    wheel's .postN is not TensorRT's version: each is a usage error naming what to give, never a key that no
+    builder's key can equal."""
+    run = run_trtwarm("key", "--model", str(model), "--tensorrt-version", given, "--cache-dir", str(model.parent / "c"))
+    assert run.returncode == 2 and words in run.stderr and "tensorrt.__version__" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_canonical_versions() -> None:
+    from trtwarm.builders.tensorrt.compat import canonical_version
+
+    assert canonical_version("10.16.01.11") == "10.16.1.11" and canonical_version("10.7.0.post1") is None
+    assert canonical_version("10.16.1") is None and canonical_version("11.4.0.106") == "11.4.0.106"
+
+
+def test_strip_weights_with_several_profiles_is_refused_before_tensorrt() -> None:
+    """A weight-stripped plan is refittable (STRIP_PLAN implies REFIT_IDENTICAL), and addOptimizationProfile "may be
+    called at most once when building a refittable engine" (NvInfer.h release/10.16 L11419-11430)."""
+    profiles = ((parse_shape("input=1x16:8x16:32x16"),), (parse_shape("input=64x16"),))
+    with pytest.raises(ConfigError, match="one optimization profile for a refittable engine") as err:
+        config_plan(settings(strip_weights=True, profiles=profiles), 10, 16, "fp16", (9, 0))
+    assert "drop --strip-weights" in (err.value.hint or "")
+    assert config_plan(settings(strip_weights=True, profiles=profiles[:1]), 10, 16, "fp16", (9, 0)).profiles
+    assert len(config_plan(settings(profiles=profiles), 10, 16, "fp16", (9, 0)).profiles) == 2
+
+
+def test_the_timing_cache_id_has_the_cuda_major_and_the_platform() -> None:
+    """setTimingCache checks only the CUDA device property (NvInfer.h release/10.16 L11657-11675): the id itself
+    must keep a cu12 build's cache from a cu13 build's, and an x86_64 host's from an aarch64 one's."""
+    plan = config_plan(settings(), 10, 16, "fp16", (9, 0))
+    ids = {timing_cache_id("10.16.1.11", H200, plan, "12", "linux-x86_64"),
+           timing_cache_id("10.16.1.11", H200, plan, "13", "linux-x86_64"),
+           timing_cache_id("10.16.1.11", H200, plan, "12", "linux-aarch64")}
+    assert len(ids) == 3
+    no_wheel = gpu.GpuInfo("GPU-1", "NVIDIA H200", (9, 0), 150754820096, cuda_driver_version=12080)
+    assert timing_cache_id("10.16.1.11", no_wheel, plan) != timing_cache_id(
+        "10.16.1.11", gpu.GpuInfo("GPU-1", "NVIDIA H200", (9, 0), 150754820096, cuda_driver_version=13000), plan)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16", "int8", "fp8"])
+def test_on_tensorrt_11_the_precision_flags_say_they_are_10x_only(precision: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        config_plan(settings(), 11, 1, precision, (9, 0))
+    assert "TensorRT 10.x only (this is TensorRT 11)" in err.value.message
+    assert "modelopt" in (err.value.hint or "")
+    with pytest.raises(ConfigError, match=r"--calibration-cache is for TensorRT 10.x only: .* \(this is TensorRT 11\)"):
+        config_plan(settings(calibration_cache=Path("c.cache")), 11, 1, "model", (9, 0))
+
+
+def _shared_object(tmp_path: Path, name: str, source: str) -> Path:
+    import shutil
+
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler here to make a shared object")
+    src, out = tmp_path / f"{name}.c", tmp_path / f"{name}.so"
+    src.write_text(source)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(out), str(src)], check=True)
+    return out
+
+
+def test_version_compatible_plugins_must_be_serializable_and_given_once(tmp_path: Path) -> None:
+    """A version-compatible engine carries its plugin libraries through IPluginRegistry.load_library and
+    plugins_to_serialize; load_library takes only a library exporting setLoggerFinder and getPluginCreators (or
+    getCreators). Read here from real shared objects' dynamic symbol tables, without loading them."""
+    from trtwarm.builders.tensorrt.plugins import exported_symbols
+
+    good = _shared_object(tmp_path, "libgood", "void setLoggerFinder(void *f) {}\n"
+                          "void *getPluginCreators(int *n) { *n = 0; return 0; }\n")
+    plain = _shared_object(tmp_path, "libplain", "int add(int a, int b) { return a + b; }\n")
+    text = tmp_path / "libtext.so"
+    text.write_text("not a library")
+    assert {"setLoggerFinder", "getPluginCreators"} <= exported_symbols(good) and "add" in exported_symbols(plain)
+    config_plan(settings(version_compatible=True, plugins=(good,)), 10, 16, "model")
+    config_plan(settings(plugins=(plain,)), 10, 16, "model")  # dlopen'ed as usual when not version-compatible
+    with pytest.raises(ConfigError, match="does not export setLoggerFinder, getPluginCreators or getCreators"):
+        config_plan(settings(version_compatible=True, plugins=(plain,)), 10, 16, "model")
+    with pytest.raises(ConfigError, match="not an ELF file"):
+        config_plan(settings(version_compatible=True, plugins=(text,)), 10, 16, "model")
+    with pytest.raises(ConfigError, match="No such file"):
+        config_plan(settings(version_compatible=True, plugins=(tmp_path / "gone.so",)), 10, 16, "model")
+    (tmp_path / "other").mkdir()
+    twin = tmp_path / "other" / good.name
+    twin.write_bytes(good.read_bytes())
+    with pytest.raises(ConfigError, match="are the same library"):
+        config_plan(settings(plugins=(good, twin)), 10, 16, "model")

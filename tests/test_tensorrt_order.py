@@ -209,3 +209,149 @@ def test_tensorrt_only_options_are_named_and_left_out_of_other_builders_keys(mod
     assert plain.returncode == given.returncode == 0, given.stderr
     assert "ignores --calibration-cache, --strip-weights, --layer-info" in given.stderr
     assert json.loads(plain.stdout)["key"] == json.loads(given.stdout)["key"]
+
+
+# --- cancelling a build, the logger's tail (issue 29) ---------------------------------------------------------------
+
+CANCEL_SCRIPT = r'''
+import sys, time
+from trtwarm.builders.tensorrt.progress import ProgressLog, run_cancellable
+from trtwarm.errors import exit_code_for
+from trtwarm.init.stopping import stop_on_signals
+
+progress, answers = ProgressLog(), []
+
+def work():
+    # NOT TensorRT: a long call that, like build_serialized_network with trtwarm's progress monitor, asks
+    # step_complete after each step and gives up when it answers False
+    progress.start("Building engine", None, 10 ** 9)
+    step = 0
+    while True:
+        answers.append(progress.step("Building engine", step))
+        if not answers[-1]:
+            return False
+        step += 1
+        time.sleep(0.002)
+
+stop_on_signals()
+print("ready", flush=True)
+try:
+    run_cancellable(work, progress, grace=10)
+except BaseException as exc:
+    print(f"stopped: cancelled={progress.cancelled} last={answers[-1]} steps={len(answers)}", flush=True)
+    sys.exit(exit_code_for(exc))
+'''
+
+
+def test_sigterm_cancels_a_build_through_step_complete_and_exits_143(tmp_path: Path) -> None:
+    """A real SIGTERM to a real process: the main thread waits in Python, the signal's exception arrives there, the
+    progress state turns cancelled, the next step_complete answer is False, the worker ends, exit 143. The worker is
+    a Python loop standing in for TensorRT's build (which calls step_complete the same way): what is tested is
+    trtwarm's side of the contract, not TensorRT's."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import env_for
+
+    proc = subprocess.Popen([sys.executable, "-c", CANCEL_SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env_for())
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    time.sleep(0.3)  # some steps done
+    sent = time.monotonic()
+    os.kill(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143, err
+    assert time.monotonic() - sent < 3
+    assert "stopped: cancelled=True last=False" in out and "cancelling the TensorRT build" in err
+
+
+def test_a_cancelled_progress_log_answers_false_and_a_failing_build_reraises() -> None:
+    progress = ProgressLog()
+    progress.start("Building engine", None, 3)
+    assert progress.step("Building engine", 0) is True
+    progress.cancel()
+    assert progress.step("Building engine", 1) is False and progress.step("no such phase", 0) is False
+    from trtwarm.builders.tensorrt.progress import run_cancellable
+
+    assert run_cancellable(lambda: 7, ProgressLog()) == 7
+    with pytest.raises(BuildError, match="inside"):
+        run_cancellable(lambda: (_ for _ in ()).throw(BuildError("inside")), ProgressLog())
+
+
+class ILoggerBase:
+    """Stands in for ``trt.ILogger`` as a base class only (our subclass calls its ``__init__``): the test exercises
+    trtwarm's ``log`` method, which TensorRT would call; nothing here imitates TensorRT."""
+
+    def __init__(self) -> None:
+        pass
+
+
+class Severity:
+    """A severity whose conversion to int fails: what an unexpected value from the binding would do."""
+
+    def __int__(self) -> int:
+        raise KeyboardInterrupt  # as a signal's exception arriving inside log() would
+
+
+def test_the_logger_keeps_a_bounded_tail_and_raises_nothing_into_tensorrt() -> None:
+    from types import SimpleNamespace
+
+    from trtwarm.builders.tensorrt.logger import TAIL_LINES, capturing_logger
+
+    logger = capturing_logger(SimpleNamespace(ILogger=ILoggerBase), echo=0)
+    for i in range(20000):
+        logger.log(4 if i % 2 else 3, f"verbose {i}")  # INFO/VERBOSE: never kept
+    for i in range(TAIL_LINES + 50):
+        logger.log(2, f"warning {i}")
+    logger.log(1, "the error")
+    assert len(logger.records) == TAIL_LINES and logger.records[-1] == (1, "the error")
+    assert logger.records[0] == (2, "warning 51") and logger.tail(2) == f"warning {TAIL_LINES + 49}\nthe error"
+    logger.log(Severity(), "whatever")  # returns: nothing crosses back into C++
+    with pytest.raises(KeyboardInterrupt):
+        logger.check()  # ... and the exception is raised once TensorRT has returned
+    logger.check()
+
+
+# --- ONNX Runtime's TensorRT EP, third review ------------------------------------------------------------------------
+
+def test_input_names_the_ep_profile_strings_cannot_express_are_refused(tmp_path: Path, model: Path) -> None:
+    """ORT's TensorRT EP reads a profile name up to its first ':' and splits the list at every ',' (no escape)."""
+    from trtwarm.builders.ort_tensorrt import ep_options
+
+    assert ep_options((parse_shape("input=1x16:8x16:32x16"),))["trt_profile_min_shapes"] == "input:1x16"
+    for name in ("x:0", "a,b"):
+        with pytest.raises(ConfigError, match="cannot give a profile for the input") as err:
+            ep_options((parse_shape(f"{name}=1x16:8x16:32x16"),))
+        assert "rename the inputs" in (err.value.hint or "")
+    libdir = _libdir(tmp_path / "lib", "10.16.1")
+    run = run_trtwarm("key", "--builder", "onnxruntime", "--ort-provider", "tensorrt", "--model", str(model),
+                      "--shape", "x:0=1x16:8x16:32x16", "--cache-dir", str(tmp_path / "c"),
+                      env={"LD_LIBRARY_PATH": str(libdir)})
+    assert run.returncode == 2 and "reads a name in trt_profile_*_shapes up to its first ':'" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_the_ep_key_reads_three_version_parts_from_either_source_and_the_cuda_major(tmp_path: Path) -> None:
+    from trtwarm.builders.onnxruntime import OrtBuilder
+    from trtwarm.builders.ort_tensorrt import _three, ort_cuda_major
+
+    assert _three("10.16.1.11") == _three("10.16.01.11") == "10.16.1" and _three("10.7.0.post1") == "10.7.0"
+    gpu_build = tmp_path / "onnxruntime"
+    (gpu_build / "capi").mkdir(parents=True)
+    (gpu_build / "capi" / "build_and_package_info.py").write_text(
+        "package_name = 'onnxruntime-gpu'\n__version__ = '1.32.0'\ncuda_version = '12.8'\n")
+    assert ort_cuda_major(gpu_build) == "12"
+    assert ort_cuda_major() is None  # the CPU onnxruntime installed here has no cuda_version
+    s = Settings(model=tmp_path / "m.onnx", builder="onnxruntime", ort_provider="tensorrt",
+                 shapes=(parse_shape("input=1x16:8x16:32x16"),),
+                 environ={"LD_LIBRARY_PATH": str(_libdir(tmp_path / "lib", "10.16.1"))})
+    builder = OrtBuilder(s)
+    doc = builder.identity()
+    assert doc["tensorrt"] == "10.16.1" and "cuda" in doc
+    assert builder.load_shapes() == [{"input": (1, 16)}, {"input": (8, 16)}, {"input": (32, 16)}]
+    assert builder._log_level() == 2  # the EP's warnings (a profile it could not use) are not hidden
+    cpu = OrtBuilder(Settings(model=tmp_path / "m.onnx", builder="onnxruntime"))
+    assert cpu.load_shapes() == [None] and cpu._log_level() == 3

@@ -19,6 +19,7 @@ from trtwarm.builders.ort_tensorrt import (
     check_ort_for_tensorrt,
     ep_options,
     ep_tensorrt_version,
+    ort_cuda_major,
     warmup_shapes,
 )
 from trtwarm.errors import BuildError, ConfigError, EntryInvalid
@@ -70,8 +71,9 @@ class OrtBuilder(Builder):
         dist, version = ort_version()
         doc: dict[str, Any] = {"name": "onnxruntime", "version": version, "distribution": dist,
                                "provider": self._provider(), "graph_optimization": "all"}
-        if self.epcontext:
-            doc["tensorrt"] = ep_tensorrt_version(self.settings.environ)
+        if self.epcontext:  # the CUDA major: ORT's build (one CUDA runtime per process), else the TensorRT wheel's
+            doc["tensorrt"], wheel_cuda = ep_tensorrt_version(self.settings.environ)
+            doc["cuda"] = ort_cuda_major() or wheel_cuda
             check_ort_for_tensorrt(version, doc["tensorrt"])
             doc["ep_options"] = dict(sorted(self._ep_options().items()))
             doc["ep_context"] = {"embed_mode": 1, "cpu_fallback": False}
@@ -126,7 +128,7 @@ class OrtBuilder(Builder):
 
         output = staging / ("model.ctx.onnx" if self.epcontext else self.engine_filename)
         options = ort.SessionOptions()
-        options.log_severity_level = 3  # its "hardware specific optimizations" warning is why the key has the ISA
+        options.log_severity_level = self._log_level()
         warmup = warmup_shapes(facts.inputs, self.settings.shapes) if self.epcontext else None
         if self.epcontext:  # no CPU fallback: an embedded engine must stand for the whole model
             for key, value in (("ep.context_enable", "1"), ("ep.context_file_path", str(output)),
@@ -162,15 +164,30 @@ class OrtBuilder(Builder):
             feeds[item.name] = np.zeros(shape, dtype=dtype)
         return feeds
 
+    def _log_level(self) -> int:
+        """ORT's session log level: 2 (warnings) for the TensorRT EP, whose warnings say what went wrong with a
+        profile or a partition; else 3, hiding the CPU's "hardware specific optimizations" warning (which is why the
+        CPU key has the ISA)."""
+        return 2 if self.epcontext else 3
+
+    def load_shapes(self) -> list[dict[str, tuple[int, ...]] | None]:
+        """The inferences of the load check: zeros of the opt shapes; with the TensorRT EP and ``--shape``, of the min,
+        opt and max shapes each, since the embedded engine's profile must take the whole range."""
+        if not (self.epcontext and self.settings.shapes):
+            return [None]
+        return [{s.name: tuple(getattr(s, kind)) for s in self.settings.shapes} for kind in ("min", "opt", "max")]
+
     def load(self, engine: Path, facts: ModelFacts) -> None:
-        """Create a session on *engine* and run one inference. :raises EntryInvalid: it does not load or run."""
+        """Create a session on *engine* and run an inference at each of :meth:`load_shapes`. :raises EntryInvalid: it
+        does not load or run."""
         import onnxruntime as ort
 
         options = ort.SessionOptions()
-        options.log_severity_level = 3
+        options.log_severity_level = self._log_level()
         try:
             session = self._session(engine, options)
-            session.run(None, self.feeds(session))
+            for shapes in self.load_shapes():
+                session.run(None, self.feeds(session, shapes))
         except ort_errors() as exc:
             raise EntryInvalid(f"does not load in ONNX Runtime: {exc}") from exc
 

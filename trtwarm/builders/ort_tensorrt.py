@@ -9,6 +9,12 @@ whether a build really produced a context model. Pure (no onnxruntime-gpu needed
   for every dynamic input and runs one inference at the opt shapes before it looks for the file.
 * An embedded engine stands for the whole model only when TensorRT took every node (one ``EPContext`` node,
   domain ``com.microsoft``, in the dumped graph: ``CreateCtxModel`` in ORT's ``onnx_ctx_model_helper.cc``).
+* The version is read to the same three parts from both sources (a library file is named ``libnvinfer.so.10.16.1``,
+  a wheel ``10.16.1.11``), so one TensorRT keys alike however it was installed; with the CUDA major the EP runs on
+  (ONNX Runtime's build, else the TensorRT wheel's ``cuN``), so ``tensorrt-cu12-libs`` and ``-cu13-libs`` differ.
+* The EP's profile options cannot name every input: ``MakeInputNameShapePair`` reads a name up to the first ``:`` and
+  ``ParseProfileShapes`` splits the list at every ``,`` with no escape (``tensorrt_execution_provider_utils.h``), so
+  such names (``x:0`` from tf2onnx) are refused before anything is built.
 """
 
 from __future__ import annotations
@@ -28,10 +34,52 @@ SYSTEM_LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/
 #: onnxruntime releases whose TensorRT EP is built against each TensorRT major (1.27: the first for TensorRT 11)
 MIN_ORT = {10: (1, 18), 11: (1, 27)}
 _DISTS = ("tensorrt-cu13-libs", "tensorrt-cu12-libs", "tensorrt-cu13", "tensorrt-cu12", "tensorrt")
+VERSION_PARTS = 3  # what a library file name carries: libnvinfer.so.<major>.<minor>.<patch>
 
 
 def _numbers(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text)[:4])
+
+
+def _three(text: str) -> str:
+    """``10.16.01.11`` or ``10.7.0.post1`` -> ``10.16.1`` / ``10.7.0``: the leading numeric parts, leading zeros
+    dropped, as many as a library file name carries."""
+    parts = []
+    for piece in text.split(".")[:VERSION_PARTS]:
+        if not piece.isdigit():
+            break
+        parts.append(str(int(piece)))
+    return ".".join(parts)
+
+
+def ort_cuda_major(package_dir: Path | None = None) -> str | None:
+    """The CUDA major ONNX Runtime was built with, without importing it: ``cuda_version`` in
+    ``onnxruntime/capi/build_and_package_info.py`` (absent in CPU builds: ``onnxruntime_validation.py``,
+    ``get_package_name_and_version_info``, onnxruntime 1.32). None when not found."""
+    if package_dir is None:
+        import importlib.util
+
+        spec = importlib.util.find_spec("onnxruntime")
+        if spec is None or not spec.submodule_search_locations:
+            return None
+        package_dir = Path(list(spec.submodule_search_locations)[0])
+    try:
+        text = (package_dir / "capi" / "build_and_package_info.py").read_text(errors="replace")
+    except OSError:
+        return None
+    match = re.search(r"^cuda_version\s*=\s*['\"](\d+)", text, re.MULTILINE)
+    return match[1] if match else None
+
+
+def check_profile_names(shapes: tuple[ShapeSpec, ...]) -> None:
+    """:raises ConfigError: an input name the EP's profile strings cannot express (``:`` or ``,``; no escape)."""
+    bad = [s.name for s in shapes if ":" in s.name or "," in s.name]
+    if bad:
+        raise ConfigError(f"--ort-provider tensorrt cannot give a profile for the input(s) {', '.join(map(repr, bad))}"
+                          ": ONNX Runtime's TensorRT EP reads a name in trt_profile_*_shapes up to its first ':' and "
+                          "splits the list at every ',', with no escape, so the engine would get a wrong profile",
+                          hint="rename the inputs (e.g. onnx.compose / the exporter's input_names), or use "
+                          "--builder tensorrt, which takes any name")
 
 
 def libnvinfer_version(dirs: list[str]) -> str | None:
@@ -50,19 +98,22 @@ def libnvinfer_version(dirs: list[str]) -> str | None:
     return None
 
 
-def ep_tensorrt_version(environ: Mapping[str, str]) -> str:
-    """The TensorRT version the TensorRT EP will load here. :raises ConfigError: none can be found (exit 2)."""
+def ep_tensorrt_version(environ: Mapping[str, str]) -> tuple[str, str | None]:
+    """``(version, CUDA major of its wheel or None)`` of the TensorRT the EP will load here, the version as
+    ``major.minor.patch`` from either source. :raises ConfigError: none can be found (exit 2)."""
     from importlib import metadata
 
     dirs = [d for d in environ.get("LD_LIBRARY_PATH", "").split(":") if d] + list(SYSTEM_LIB_DIRS)
     found = libnvinfer_version(dirs)
     if found:
-        return found
+        return _three(found), None
     for dist in _DISTS:
         try:
-            return metadata.version(dist)
+            version = metadata.version(dist)
         except metadata.PackageNotFoundError:
             continue
+        cuda = re.search(r"-cu(\d+)", dist)
+        return _three(version), (cuda[1] if cuda else None)
     raise ConfigError("--ort-provider tensorrt: cannot tell which TensorRT ONNX Runtime will load (no versioned "
                       "libnvinfer.so on LD_LIBRARY_PATH or in the system library directories, no tensorrt wheel)",
                       hint="pip install the tensorrt wheel the image uses (e.g. tensorrt-cu12-libs==10.16.1.11), or "
@@ -83,6 +134,7 @@ def ep_options(shapes: tuple[ShapeSpec, ...]) -> dict[str, str]:
     """The TensorRT EP's provider options trtwarm sets (they change the embedded engine, so they are in the key)."""
     if not shapes:
         return {}
+    check_profile_names(shapes)
     return {f"trt_profile_{kind}_shapes": ",".join(f"{s.name}:{'x'.join(map(str, getattr(s, kind)))}" for s in shapes)
             for kind in ("min", "opt", "max")}
 
@@ -123,5 +175,6 @@ def check_context_model(path: Path) -> None:
                          "--ort-provider cuda")
 
 
-__all__ = ["MIN_ORT", "check_context_model", "check_ort_for_tensorrt", "ep_options", "ep_tensorrt_version",
-           "foreign_nodes", "libnvinfer_version", "warmup_shapes"]
+__all__ = ["MIN_ORT", "VERSION_PARTS", "check_context_model", "check_ort_for_tensorrt", "check_profile_names",
+           "ep_options", "ep_tensorrt_version", "foreign_nodes", "libnvinfer_version", "ort_cuda_major",
+           "warmup_shapes"]

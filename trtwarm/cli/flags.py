@@ -16,7 +16,8 @@ def add_init_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="the ONNX file (external-data files beside it)")
     p.add_argument("--cache-dir", default=str(DEFAULT_CACHE_DIR), help="the shared cache volume (%(default)s)")
     p.add_argument("--builder", default="tensorrt", help="tensorrt (default), onnxruntime or command")
-    p.add_argument("--precision", help="fp32|fp16|bf16|int8|fp8|model (default depends on the builder)")
+    p.add_argument("--precision", help="fp32|fp16|bf16|int8|fp8|model (default depends on the builder; with "
+                   "--builder tensorrt all but model are TensorRT 10.x only)")
     p.add_argument("--shape", action="append", default=[], metavar="NAME=MIN:OPT:MAX",
                    help="an input's profile, dims like 1x3x224x224; repeatable")
     p.add_argument("--profile", action="append", default=[], metavar="NAME=MIN:OPT:MAX;...",
@@ -30,7 +31,8 @@ def add_init_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exclude-lean-runtime", action="store_true", help="with --version-compatible")
     p.add_argument("--tf32", default="on", choices=["on", "off"], help="allow TF32 (TensorRT) (%(default)s)")
     p.add_argument("--plugin", action="append", default=[], metavar="PATH", help="plugin library; repeatable")
-    p.add_argument("--calibration-cache", metavar="FILE", help="TensorRT 10 INT8: replay this calibration cache")
+    p.add_argument("--calibration-cache", metavar="FILE", help="TensorRT 10.x only, INT8: replay this calibration "
+                   "cache")
     p.add_argument("--strip-weights", action="store_true", help="TensorRT: a weight-stripped engine, refitted from "
                    "the ONNX weights on load")
     p.add_argument("--layer-info", default="names", choices=["names", "detailed"], help="TensorRT profiling "

@@ -10,6 +10,10 @@ The matrix is JSON (models × precisions, with shared options); every key is an 
 
 A list value is a repeated flag (``shape``, ``profile``, ``key-extra``), ``true`` a switch; a relative model path
 is relative to ``"base"`` when the matrix has one (e.g. the chart's model mount), else to the matrix file.
+
+``"platforms": ["linux-x86_64", "linux-aarch64"]`` declares the fleet's host platforms (an engine built on a GPU runs
+only on the OS and CPU architecture it was built on): ``remote coverage`` shows a column per GPU and platform, and
+``prebuild`` on a runner builds that runner's platform only, refusing a runner whose platform the matrix lacks.
 """
 
 from __future__ import annotations
@@ -48,6 +52,29 @@ def _flags(row: Mapping[str, Any], base: Path) -> list[str]:
         elif value not in (None, False):
             argv += [flag, str(value)]
     return argv
+
+
+def matrix_platforms(path: Path) -> list[str]:
+    """The matrix's ``"platforms"`` in canonical form (``linux-aarch64``), or [this host's] when it names none.
+
+    :raises ConfigError: unreadable matrix, or a platform that is not ``<os>-<arch>``
+    """
+    from trtwarm.node.hostplatform import host_platform, parse_platform
+
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--matrix {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    given = doc.get("platforms") if isinstance(doc, dict) else None
+    if given is None:
+        return [host_platform()]
+    if not isinstance(given, list) or not given or not all(isinstance(p, str) for p in given):
+        raise ConfigError(f"--matrix {path}: \"platforms\" must be a non-empty list such as [\"linux-x86_64\", "
+                          "\"linux-aarch64\"]")
+    try:
+        return list(dict.fromkeys(parse_platform(p) for p in given))
+    except ValueError as exc:
+        raise ConfigError(f"--matrix {path}: {exc}") from None
 
 
 def matrix_rows(path: Path) -> list[tuple[str, list[str]]]:
@@ -122,6 +149,7 @@ def run(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
         raise ConfigError("prebuild needs --remote s3://BUCKET/PREFIX (or TRTWARM_REMOTE)")
     remote = parse(ns.remote, environ)
     rows = matrix_rows(Path(ns.matrix))
+    _check_platform(matrix_platforms(Path(ns.matrix)))
     # the repository once, first: wrong credentials, a missing bucket or a dead endpoint fail the run with their
     # own exit code and hint, instead of each row retrying and failing alike
     next(iter(Repository(Client(remote)).keys()), None)
@@ -130,6 +158,20 @@ def run(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
         return _run_rows(rows, ns, environ, remote, Path(ns.cache_dir) if ns.cache_dir else work / "cache", work)
     finally:
         shutil.rmtree(work, ignore_errors=True)  # engines included: GBs a run on a CI runner otherwise
+
+
+def _check_platform(platforms: list[str]) -> None:
+    """:raises ConfigError: this runner's platform is not one the matrix declares (its engines would serve no node)."""
+    from trtwarm.node.hostplatform import host_platform
+
+    here = host_platform()
+    if here not in platforms:
+        raise ConfigError(f"this runner is {here}, and the matrix declares the platforms {', '.join(platforms)}",
+                          hint="run prebuild on a runner of each declared platform (an engine runs only on the OS and "
+                          "CPU architecture it was built on), or add this one to \"platforms\"")
+    others = [p for p in platforms if p != here]
+    if others:
+        log.info("building the %s engines; %s need a runner of their own", here, ", ".join(others))
 
 
 def _run_rows(rows: list[tuple[str, list[str]]], ns: argparse.Namespace, environ: Mapping[str, str], remote: Any,
@@ -196,4 +238,4 @@ def coverage_rows(path: Path, environ: Mapping[str, str],
     return out
 
 
-__all__ = ["coverage_rows", "matrix_rows", "run", "settings_for"]
+__all__ = ["coverage_rows", "matrix_platforms", "matrix_rows", "run", "settings_for"]

@@ -49,7 +49,9 @@ def add_parsers(sub: Any) -> None:
             p.add_argument("--blob-grace", default="1d", help="unreferenced blobs younger than this stay (%(default)s)")
         if name == "coverage":
             p.add_argument("--matrix", required=True, help="the prebuild matrix (JSON)")
-            p.add_argument("--gpus", required=True, help="comma-separated GPU products, e.g. 'NVIDIA H100 80GB HBM3'")
+            p.add_argument("--gpus", required=True, help="comma-separated GPU products, e.g. 'NVIDIA H100 80GB HBM3', "
+                           "each optionally @PLATFORM (sm9.0@linux-aarch64); without, one column per platform of "
+                           "the matrix's \"platforms\" (default: this host's)")
             p.add_argument("--tensorrt", help="the servers' TensorRT, e.g. 10.16.1.11+cu12 (tensorrt rows)")
     pre = sub.add_parser("prebuild", help="CI: build on this GPU what the remote lacks, and push it")
     pre.add_argument("--matrix", required=True, help="models × precisions × options (JSON; see README)")
@@ -208,13 +210,19 @@ def _still_unreferenced(repo: Repository, blobs: list[tuple[str, int]]) -> list[
 def cmd_coverage(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm remote coverage``: a table of matrix row × GPU product, present or missing, and a percentage."""
     from trtwarm.lifecycle.tables import render
-    from trtwarm.cli.prebuild import coverage_rows
-    from trtwarm.remote.coverage import cover, percent
+    from trtwarm.cli.prebuild import coverage_rows, matrix_platforms
+    from trtwarm.node.hostplatform import parse_platform
+    from trtwarm.remote.coverage import columns, cover, percent
 
     gpus = [g.strip() for g in ns.gpus.split(",") if g.strip()]
     if not gpus:  # "100 % of nothing" would pass a CI gate
         raise ConfigError("--gpus names no GPU product", hint='e.g. --gpus "NVIDIA H100 80GB HBM3,NVIDIA A100-SXM4-'
                           '80GB" (`nvidia-smi --query-gpu=name --format=csv` on a node), or cpu')
+    try:  # GPU@PLATFORM; without one, a column per platform the matrix declares (default: this host's)
+        gpus = [g if "@" not in g else f"{g.partition('@')[0]}@{parse_platform(g.partition('@')[2])}" for g in gpus]
+    except ValueError as exc:
+        raise ConfigError(f"--gpus: {exc}") from None
+    gpus = columns(gpus, matrix_platforms(Path(ns.matrix)))
     rows = coverage_rows(Path(ns.matrix), environ, ns.tensorrt)
     refs = [(k, r) for k, r, _p in _repo(ns, environ).read_refs() if r is not None]
     cells = cover(rows, gpus, refs)

@@ -33,8 +33,9 @@ def identity(environ: Mapping[str, str]) -> gpu.GpuInfo:
                           hint="run selftest in a container that requests nvidia.com/gpu, with the NVIDIA runtime")
     chosen = gpu.select(found, environ)
     cuda = chosen.cuda_driver_version
+    memory = "memory not reported" if chosen.memory_gib is None else f"{chosen.memory_gib} GiB"
     _say("GPU", f"{chosen.name} (cc {chosen.compute_capability[0]}.{chosen.compute_capability[1]}, "
-         f"{chosen.memory_gib} GiB{', MIG ' + chosen.mig_profile if chosen.mig_profile else ''})")
+         f"{memory}{', MIG ' + chosen.mig_profile if chosen.mig_profile else ''})")
     _say("GPU UUID", chosen.uuid)
     _say("driver", f"{chosen.driver_version} (CUDA {cuda // 1000}.{cuda % 1000 // 10})")
     return chosen

@@ -36,15 +36,18 @@ def cpu_fields(cpuinfo: str | None = None) -> dict[str, Any]:
 
 
 def short_name(device: Mapping[str, Any]) -> str:
-    """A short, readable device label for entry names: ``cpu-x86_64``, ``nvidia-h200``, ``sm8.6``."""
+    """A short, readable device label for entry names: ``cpu-x86_64``, ``nvidia-h200``, ``sm8.6``; a GPU on a host
+    other than ``linux-x86_64`` says so (``sm9.0-linux-aarch64``), since one volume may serve both."""
     if device.get("kind") == "cpu":
         return f"cpu-{device.get('arch', '')}"
     if "product" in device:
         label = str(device["product"])
         if device.get("mig_profile"):
             label += f"-{device['mig_profile']}"
-        return label
-    return str(device.get("class", "gpu"))
+    else:
+        label = str(device.get("class", "gpu"))
+    platform = device.get("platform")
+    return label if platform in (None, "linux-x86_64") else f"{label}-{platform}"
 
 
 __all__ = ["cpu_fields", "short_name"]

@@ -12,8 +12,8 @@ those); host indices (``0,1``; ``0:1`` for MIG) which mean nothing inside the co
 allocated devices; ``GPU-``/``MIG-`` UUIDs; CDI device names (``nvidia.com/gpu=GPU-...``); and, with
 ``volume-mounts``, the directory :data:`VOLUME_MOUNTS_DIR` whose file names are the allocated device ids.
 
-The key uses :func:`key_fields`: product, compute capability, MIG profile, memory in GiB; never the UUID, so
-identical GPUs share engines.
+The key uses :func:`key_fields`: product, compute capability, MIG profile, memory in GiB and the host platform
+(OS and CPU architecture); never the UUID, so identical GPUs share engines.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm.errors import ConfigError
+from trtwarm.node.hostplatform import host_platform
 
 _NO_GPU_HINT = ("request a GPU for this container (resources.limits: nvidia.com/gpu: 1, the same as the inference "
                 "container) and run it with the NVIDIA container runtime")
@@ -42,16 +43,17 @@ class GpuInfo:
     uuid: str
     name: str
     compute_capability: tuple[int, int]
-    memory_bytes: int
+    memory_bytes: int | None  # None: NVML does not say (an integrated GPU, a MIG parent)
     pci_bus_id: str = ""
     mig_profile: str | None = None
     driver_version: str = ""
     cuda_driver_version: int = 0
 
     @property
-    def memory_gib(self) -> int:
-        """Memory rounded to whole GiB (NVML reports slightly different totals across driver versions)."""
-        return round(self.memory_bytes / (1 << 30))
+    def memory_gib(self) -> int | None:
+        """Memory rounded to whole GiB (NVML reports slightly different totals across driver versions); None where
+        NVML does not report it."""
+        return None if self.memory_bytes is None else round(self.memory_bytes / (1 << 30))
 
 
 def mig_profile(name: str) -> str | None:
@@ -140,73 +142,39 @@ def select(gpus: list[GpuInfo], environ: Mapping[str, str], devices_dir: Path = 
     return chosen[0]
 
 
-def key_fields(gpu: GpuInfo, hardware_compat: str = "none") -> dict[str, Any]:
-    """Return the key's ``device`` section for *gpu*.
+def key_fields(gpu: GpuInfo, hardware_compat: str = "none", platform: str | None = None) -> dict[str, Any]:
+    """Return the key's ``device`` section for *gpu* on *platform* (default: this host's, see
+    :func:`trtwarm.node.hostplatform.host_platform`).
 
     With ``ampere+`` the engine runs on any Ampere-or-newer GPU, and with ``same-cc`` on any GPU of the same
-    compute capability, so the product name and memory stay out of the key and one engine serves the class.
+    compute capability, so the product name and memory stay out of the key and one engine serves the class. The
+    platform is in every form: an engine runs only on the OS and CPU architecture it was built on (TensorRT's
+    ``RuntimePlatform.SAME_AS_BUILD``), and an x86_64 H100 and an aarch64 GH200 share ``sm9.0``.
     """
     cc = f"{gpu.compute_capability[0]}.{gpu.compute_capability[1]}"
+    where = {"platform": platform or host_platform()}
     if hardware_compat == "ampere+":
-        return {"kind": "gpu", "class": "ampere+"}
+        return {"kind": "gpu", "class": "ampere+", **where}
     if hardware_compat == "same-cc":
-        return {"kind": "gpu", "class": f"sm{cc}", "compute_capability": cc}
+        return {"kind": "gpu", "class": f"sm{cc}", "compute_capability": cc, **where}
     return {"kind": "gpu", "product": gpu.name, "compute_capability": cc, "mig_profile": gpu.mig_profile,
-            "memory_gib": gpu.memory_gib}
+            "memory_gib": gpu.memory_gib, **where}
 
 
-def _info(nvml: Any, handle: Any, driver: str, cuda: int) -> GpuInfo:
-    name = nvml.nvmlDeviceGetName(handle)
-    try:
-        major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
-        pci = nvml.nvmlDeviceGetPciInfo(handle).busId
-    except nvml.NVMLError:  # MIG handles report these through their parent
-        parent = nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)
-        major, minor = nvml.nvmlDeviceGetCudaComputeCapability(parent)
-        pci = nvml.nvmlDeviceGetPciInfo(parent).busId
-    return GpuInfo(uuid=nvml.nvmlDeviceGetUUID(handle), name=name, compute_capability=(major, minor),
-                   memory_bytes=nvml.nvmlDeviceGetMemoryInfo(handle).total,
-                   pci_bus_id=pci if isinstance(pci, str) else pci.decode(), mig_profile=mig_profile(name),
-                   driver_version=driver, cuda_driver_version=cuda)
+def detect(nvml: Any = None) -> list[GpuInfo]:
+    """Read every GPU and MIG device through NVML; an empty list when there is no driver or no GPU.
 
-
-def _mig_children(nvml: Any, handle: Any, driver: str, cuda: int) -> list[GpuInfo]:
-    try:
-        current, _pending = nvml.nvmlDeviceGetMigMode(handle)
-    except nvml.NVMLError:  # not MIG-capable
-        return []
-    if current != nvml.NVML_DEVICE_MIG_ENABLE:
-        return []
-    children = []
-    for i in range(nvml.nvmlDeviceGetMaxMigDeviceCount(handle)):
+    *nvml*: the ``pynvml`` module (imported when None); every query a MIG instance or an integrated GPU may refuse
+    is guarded in :func:`trtwarm.node.nvml.read_all`.
+    """
+    if nvml is None:
         try:
-            children.append(_info(nvml, nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, i), driver, cuda))
-        except nvml.NVMLError:  # an unpopulated MIG slot
-            continue
-    return children
+            import pynvml as nvml
+        except ImportError:
+            return []
+    from trtwarm.node.nvml import read_all
 
-
-def detect() -> list[GpuInfo]:
-    """Read every GPU and MIG device through NVML; an empty list when there is no driver or no GPU."""
-    try:
-        import pynvml as nvml
-    except ImportError:
-        return []
-    try:
-        nvml.nvmlInit()
-    except nvml.NVMLError:  # no driver library, or no GPU: the caller says what is missing
-        return []
-    try:
-        driver = nvml.nvmlSystemGetDriverVersion()
-        cuda = nvml.nvmlSystemGetCudaDriverVersion_v2()
-        gpus: list[GpuInfo] = []
-        for i in range(nvml.nvmlDeviceGetCount()):
-            handle = nvml.nvmlDeviceGetHandleByIndex(i)
-            gpus.append(_info(nvml, handle, driver, cuda))
-            gpus.extend(_mig_children(nvml, handle, driver, cuda))
-        return gpus
-    finally:
-        nvml.nvmlShutdown()
+    return [GpuInfo(**fields, mig_profile=mig_profile(fields["name"])) for fields in read_all(nvml)]
 
 
 def lock_id(info: GpuInfo) -> str:

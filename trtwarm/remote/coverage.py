@@ -4,6 +4,11 @@ product of the fleet, is there a ref whose key document equals it on that produc
 A ref built ``--hardware-compat ampere+`` covers every product listed (the caller lists only Ampere or newer);
 one built ``same-cc`` names a compute capability, which a product name alone does not give, so it counts only
 where the caller passes that class (``sm8.9``) as a "GPU".
+
+A GPU column is ``NAME@PLATFORM`` (``sm9.0@linux-aarch64``): an engine built on a GPU runs only on the OS and CPU
+architecture it was built on, so an x86_64 Hopper column and an aarch64 Grace-Hopper column are answered apart
+(:func:`columns` gives a column without a platform one per platform of the fleet). A ref keyed before the key had a
+platform matches no such column.
 """
 
 from __future__ import annotations
@@ -22,9 +27,24 @@ class Cell:
     key: str | None  # the matching ref's key, or None: missing
 
 
-def _device_matches(device: dict[str, Any], gpu: str) -> bool:
+def columns(gpus: Sequence[str], platforms: Sequence[str]) -> list[str]:
+    """The table's columns: a GPU named with ``@PLATFORM`` as given, one without once per *platforms* (the fleet's,
+    in order); ``cpu`` as given (its key section names the architecture itself)."""
+    out: list[str] = []
+    for gpu in gpus:
+        if "@" in gpu or gpu.lower() == "cpu":
+            out.append(gpu)
+        else:
+            out.extend(f"{gpu}@{platform}" for platform in platforms)
+    return list(dict.fromkeys(out))
+
+
+def _device_matches(device: dict[str, Any], column: str) -> bool:
     if device.get("kind") != "gpu":
-        return gpu.lower() == "cpu"
+        return column.lower() == "cpu"
+    gpu, _, platform = column.partition("@")
+    if platform and device.get("platform") != platform:
+        return False
     if "product" in device:
         return str(device["product"]) == gpu and not device.get("mig_profile")
     return device.get("class") == "ampere+" or device.get("class") == gpu
@@ -61,4 +81,4 @@ def percent(cells: Sequence[Cell]) -> float:
     return 100.0 * sum(c.key is not None for c in cells) / len(cells) if cells else 100.0
 
 
-__all__ = ["Cell", "cover", "percent"]
+__all__ = ["Cell", "columns", "cover", "percent"]

@@ -36,6 +36,7 @@ from trtwarm.builders.tensorrt.progress import ProgressLog
 from trtwarm.builders.tensorrt.runtime import deserialize, refit_from_onnx
 from trtwarm.builders.tensorrt.runtime import engine_info as read_engine_info
 from trtwarm.builders.tensorrt.timing_cache import TimingCacheFile
+from trtwarm.builders.tensorrt.version import INSTALL_HINT, declared_version, tensorrt_version
 from trtwarm.errors import ConfigError, EntryInvalid
 from trtwarm.fs.ops import TooLarge, read_bounded, sha256_file
 from trtwarm.model import ModelFacts
@@ -43,53 +44,7 @@ from trtwarm.volume.layout import Layout
 from trtwarm.volume.store import read_manifest
 
 log = logging.getLogger("trtwarm.build")
-INSTALL_HINT = ("install TensorRT into this image: pip install 'trtwarm[tensorrt]' (the same TensorRT version as "
-                "your inference server), or use --builder onnxruntime / --builder command")
-#: distributions that provide the ``tensorrt`` module, most specific first (pip wheels, then NGC / system packages)
 CALIBRATION_LIMIT = 64 << 20  # calibration caches are text, one line per tensor: a few hundred KiB at most
-DISTRIBUTIONS = ("tensorrt-cu13-bindings", "tensorrt-cu12-bindings", "tensorrt-cu11-bindings", "tensorrt-cu13",
-                 "tensorrt-cu12", "tensorrt-cu11", "tensorrt")
-
-
-def tensorrt_version() -> tuple[str, str]:
-    """``(distribution, version)`` of the installed TensorRT without importing it (a hit must stay fast).
-
-    :raises ConfigError: TensorRT is not installed (exit 2, naming the extra and the pip command)
-    """
-    if importlib.util.find_spec("tensorrt") is None:
-        raise ConfigError("--builder tensorrt needs the tensorrt Python package, which is not installed",
-                          hint=INSTALL_HINT)
-    for dist in DISTRIBUTIONS:
-        try:
-            return dist, metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    import tensorrt as trt  # a source or vendored install without metadata
-
-    return "tensorrt", str(trt.__version__)
-
-
-def declared_version(text: str) -> tuple[str, str]:
-    """``--tensorrt-version 10.16.1.11+cu12`` → ``("tensorrt-cu12", "10.16.1.11")`` (no ``+cuN``: ``tensorrt``).
-
-    A pull-only consumer declares the server's TensorRT instead of importing one. If a TensorRT is installed all
-    the same, it must be that version (an engine keyed with a version it was not built by would never load).
-    :raises ConfigError: malformed, or different from the installed TensorRT
-    """
-    match = re.fullmatch(r"(\d+(?:\.\d+){1,3})(?:\+cu(\d+))?", text.strip())
-    if not match:
-        raise ConfigError(f"--tensorrt-version {text!r} is not a TensorRT version",
-                          hint="give the inference server's exact TensorRT, e.g. 10.16.1.11+cu12 (+cuN: the CUDA major "
-                          "of its wheel, as in the key's builder.cuda)")
-    dist = f"tensorrt-cu{match[2]}" if match[2] else "tensorrt"
-    if importlib.util.find_spec("tensorrt") is not None:
-        installed = tensorrt_version()[1]
-        if installed != match[1]:
-            raise ConfigError(f"--tensorrt-version {match[1]} differs from the installed TensorRT {installed}",
-                              hint="drop --tensorrt-version where TensorRT is installed, or match the server's")
-    return dist, match[1]
-
-
 class TensorRTBuilder(Builder):
     """Build a serialized TensorRT engine on this container's GPU."""
 
@@ -214,7 +169,8 @@ class TensorRTBuilder(Builder):
 
         logger = capturing_logger(trt)
         plan, settings = self.plan, self.settings
-        cache = TimingCacheFile(Layout(settings.cache_dir), timing_cache_id(self._version, self.gpu_info, plan))
+        cache_id = timing_cache_id(self._version, self.gpu_info, plan, self.identity()["cuda"])
+        cache = TimingCacheFile(Layout(settings.cache_dir), cache_id)
         job = BuildJob(plan=plan, model=model, output=staging / self.engine_filename, plugins=settings.plugins,
                        calibration=self.calibration[0] if self.calibration else None, cache=cache,
                        progress=self.phases,
@@ -252,9 +208,11 @@ class TensorRTBuilder(Builder):
         import tensorrt as trt
 
         logger = capturing_logger(trt, echo=1)
-        _runtime, loaded = deserialize(trt, logger, engine.read_bytes(), self.settings.plugins,
-                                      host_code=bool(self.settings.version_compatible))
-        verdict = load_verdict(logger.records)
+        versioned = bool(self.settings.version_compatible)  # its plugin libraries are inside the plan (plugins.py)
+        _runtime, loaded = deserialize(trt, logger, engine.read_bytes(), () if versioned else self.settings.plugins,
+                                      host_code=versioned)
+        logger.check()
+        verdict = load_verdict(list(logger.records))
         if loaded is None or verdict:
             raise EntryInvalid(f"does not load in TensorRT {self._version} on driver "
                                f"{self.gpu_info.driver_version or 'unknown'}{_built_on(engine)}: "

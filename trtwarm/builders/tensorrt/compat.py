@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,15 @@ def parse_version(text: str) -> tuple[int, ...]:
             break
         parts.append(int(piece))
     return tuple(parts)
+
+
+def canonical_version(text: str) -> str | None:
+    """TensorRT's library version in the one form the key holds, ``major.minor.patch.build`` without leading zeros
+    (``10.16.01.11`` -> ``10.16.1.11``); None for anything else (two or three parts, a wheel's ``.postN``): a plan
+    loads only in the TensorRT of the same four numbers (the plan header stores all four), so nothing shorter is
+    exact, and a ``.postN`` is a packaging revision of the wheel, not TensorRT's version."""
+    match = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)\.(\d+)", text.strip())
+    return ".".join(str(int(part)) for part in match.groups()) if match else None
 
 
 @dataclass(frozen=True)
@@ -126,6 +136,33 @@ def default_precision(major: int) -> str:
     return "model" if major >= 11 else "fp16"
 
 
+def refuse_early(settings: Settings, major: int, minor: int) -> None:
+    """Refuse, before TensorRT is imported, the combinations TensorRT would refuse later. :raises ConfigError:
+
+    * several profiles with ``--strip-weights``: ``STRIP_PLAN`` implies ``REFIT_IDENTICAL`` (trtexec
+      ``--stripWeights``, ``samples/common/sampleEngines.cpp`` release/10.16 L1006-1010), and
+      ``addOptimizationProfile`` "may be called at most once when building a refittable engine"
+      (``include/NvInfer.h`` release/10.16 L11419-11430, main L10830-10841);
+    * ``--plugin`` libraries for a ``--version-compatible`` engine that TensorRT could not serialize into it
+      (see :func:`trtwarm.builders.tensorrt.plugins.check_serializable`).
+    """
+    if settings.exclude_lean_runtime and not settings.version_compatible:
+        raise ConfigError("--exclude-lean-runtime only applies with --version-compatible")
+    if settings.hardware_compat == "same-cc" and (major, minor) < (10, 9):
+        raise ConfigError(f"--hardware-compat same-cc needs TensorRT 10.9 or newer (this is {major}.{minor})",
+                          hint="use --hardware-compat ampere+ or upgrade TensorRT")
+    if settings.strip_weights and len(settings.profiles) > 1:
+        raise ConfigError(f"--strip-weights builds a refittable engine, and TensorRT takes one optimization profile "
+                          f"for a refittable engine ({len(settings.profiles)} --profile flags given)",
+                          hint="give one profile (--shape or a single --profile), or drop --strip-weights")
+    if settings.plugins:
+        from trtwarm.builders.tensorrt.plugins import check_serializable, check_unique
+
+        check_unique(settings.plugins)
+        if settings.version_compatible:
+            check_serializable(settings.plugins)
+
+
 def config_plan(settings: Settings, major: int, minor: int, precision: str,
                 compute_capability: tuple[int, int] | None = None, calibrator: str | None = None) -> ConfigPlan:
     """Map trtwarm's options onto TensorRT builder settings by name. :raises ConfigError: invalid for *major*.
@@ -135,11 +172,7 @@ def config_plan(settings: Settings, major: int, minor: int, precision: str,
     """
     rule = precision_rules(precision, major, settings.hardware_compat, compute_capability,
                            bool(settings.calibration_cache))
-    if settings.exclude_lean_runtime and not settings.version_compatible:
-        raise ConfigError("--exclude-lean-runtime only applies with --version-compatible")
-    if settings.hardware_compat == "same-cc" and (major, minor) < (10, 9):
-        raise ConfigError(f"--hardware-compat same-cc needs TensorRT 10.9 or newer (this is {major}.{minor})",
-                          hint="use --hardware-compat ampere+ or upgrade TensorRT")
+    refuse_early(settings, major, minor)
     flags = list(rule.flags)
     if settings.version_compatible:
         flags.append("VERSION_COMPATIBLE")
@@ -166,18 +199,26 @@ def built_on(manifest: dict[str, Any]) -> str:
     return f"built on driver {driver}" if driver else ""
 
 
-def timing_cache_id(tensorrt_version: str, gpu_info: GpuInfo, plan: ConfigPlan) -> str:
-    """The shared timing cache's id: TensorRT version, the GPU *product* and the flags that change tactics.
+def timing_cache_id(tensorrt_version: str, gpu_info: GpuInfo, plan: ConfigPlan, cuda: str | None = None,
+                    platform: str | None = None) -> str:
+    """The shared timing cache's id: TensorRT version, CUDA major, the GPU *product* on this host platform and the
+    flags that change tactics.
 
     Always the product, even when the engine is built for a class (``--hardware-compat ampere+``): TensorRT refuses
     a timing cache from another device (``set_timing_cache(cache, ignore_mismatch=False)``, ``combine(..., False)``),
-    so two products sharing one file would keep replacing each other's cache.
+    so two products sharing one file would keep replacing each other's cache. ``setTimingCache`` checks only "the
+    CUDA device property" (``include/NvInfer.h`` release/10.16 L11657-11675), while a cache's content "is specific
+    to the targeted device, CUDA, TensorRT versions" (builder-performance page, 10.16.1): so the id itself carries
+    the CUDA major (*cuda*: the wheel's ``cuN``, else the driver's CUDA major) and the platform (*platform*, default
+    this host's, in :func:`~trtwarm.node.gpu.key_fields`).
     """
-    doc = {"tensorrt": tensorrt_version, "device": key_fields(gpu_info), "flags": sorted(plan.timing_cache_flags),
-           "hardware_level": plan.hardware_level}
+    cuda = cuda or f"driver{gpu_info.cuda_driver_version // 1000}"
+    doc = {"tensorrt": tensorrt_version, "cuda": cuda, "device": key_fields(gpu_info, platform=platform),
+           "flags": sorted(plan.timing_cache_flags), "hardware_level": plan.hardware_level}
     digest = hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     return f"trt{tensorrt_version}-{digest[:16]}"
 
 
-__all__ = ["HARDWARE_LEVELS", "built_on", "KNOWN_MESSAGES", "PLAN_MAGIC", "ConfigPlan", "PlanHeader",
-           "config_plan", "default_precision", "load_verdict", "parse_version", "plan_header", "timing_cache_id"]
+__all__ = ["HARDWARE_LEVELS", "KNOWN_MESSAGES", "PLAN_MAGIC", "ConfigPlan", "PlanHeader", "built_on",
+           "canonical_version", "config_plan", "default_precision", "load_verdict", "parse_version", "plan_header",
+           "refuse_early", "timing_cache_id"]

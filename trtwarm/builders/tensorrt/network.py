@@ -18,32 +18,14 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from trtwarm.builders.tensorrt.compat import ConfigPlan
-from trtwarm.builders.tensorrt.progress import ProgressLog, progress_monitor
+from trtwarm.builders.tensorrt.logger import capturing_logger
+from trtwarm.builders.tensorrt.plugins import load_for_serialization, serialize_plugins
+from trtwarm.builders.tensorrt.progress import ProgressLog, progress_monitor, run_cancellable
 from trtwarm.builders.tensorrt.runtime import ready
 from trtwarm.builders.tensorrt.timing_cache import TimingCacheFile
 from trtwarm.errors import BuildError, ConfigError
 
 log = logging.getLogger("trtwarm.build")
-
-
-def capturing_logger(trt: Any, echo: int = 2) -> Any:
-    """A ``trt.ILogger`` that keeps ``(severity, message)`` records and echoes warnings and errors to our log."""
-
-    class CapturingLogger(trt.ILogger):  # type: ignore[misc,name-defined]
-        def __init__(self) -> None:
-            trt.ILogger.__init__(self)  # the binding requires the explicit base __init__
-            self.records: list[tuple[int, str]] = []
-
-        def log(self, severity: Any, msg: str) -> None:
-            level = int(severity)
-            self.records.append((level, msg))
-            if level <= echo:
-                log.log(logging.ERROR if level <= 1 else logging.WARNING, "TensorRT: %s", msg)
-
-        def tail(self, n: int = 20) -> str:
-            return "\n".join([m for s, m in self.records if s <= 2][-n:])
-
-    return CapturingLogger()
 
 
 def parser_errors(parser: Any) -> list[str]:
@@ -72,8 +54,9 @@ def network(trt: Any, builder: Any, plan: ConfigPlan) -> Any:
     return builder.create_network(flags)
 
 
-def parse(trt: Any, net: Any, logger: Any, model: Path) -> None:
-    """Parse the ONNX file by path (so external weights are found). :raises BuildError: every parser error."""
+def parse(trt: Any, net: Any, logger: Any, model: Path) -> Any:
+    """Parse the ONNX file by path (so external weights are found) and return the parser, which must live until the
+    build ends (it owns the weights the network points to). :raises BuildError: every parser error."""
     parser = trt.OnnxParser(net, logger)
     if not parser.parse_from_file(str(model)):
         errors = parser_errors(parser)
@@ -83,6 +66,7 @@ def parse(trt: Any, net: Any, logger: Any, model: Path) -> None:
                          hint="the operator or attribute above is not supported by this TensorRT; see the ONNX "
                          "operator support matrix, or export the model with another opset",
                          log_tail="\n".join(errors))
+    return parser
 
 
 def configure(trt: Any, builder: Any, plan: ConfigPlan) -> Any:
@@ -98,11 +82,16 @@ def configure(trt: Any, builder: Any, plan: ConfigPlan) -> Any:
     for name in plan.clear_flags:
         config.clear_flag(_flag(trt, name))
     config.profiling_verbosity = getattr(trt.ProfilingVerbosity, plan.profiling_verbosity)
-    for shapes in plan.profiles:
+    for number, shapes in enumerate(plan.profiles, 1):
         profile = builder.create_optimization_profile()
         for name, (low, opt, high) in shapes.items():
             profile.set_shape(name, low, opt, high)
-        config.add_optimization_profile(profile)
+        # the profile's index, or -1 "for invalid input" (NvInfer.h release/10.16 L11419-11430; pyCore.cpp binds it
+        # as an int): e.g. a second profile for a refittable engine, min > max, or a name the network lacks
+        if config.add_optimization_profile(profile) < 0:
+            raise BuildError(f"TensorRT refused optimization profile {number} ({', '.join(shapes)})",
+                             hint="check each --shape/--profile: every dynamic input of the model, min <= opt <= "
+                             "max, and one profile only with --strip-weights")
     return config
 
 
@@ -232,24 +221,38 @@ def serialize_to(trt: Any, builder: Any, net: Any, config: Any, output: Path) ->
 def build_plan(trt: Any, logger: Any, job: BuildJob) -> bool:
     """Build the serialized engine into ``job.output``; return whether the shared timing cache was used.
 
-    The plugin registry is ready before anything else touches TensorRT (:func:`~.runtime.ready`).
+    The plugin registry is ready before anything else touches TensorRT (:func:`~.runtime.ready`). The TensorRT calls
+    run in a worker thread that SIGTERM cancels through the progress monitor (:func:`~.progress.run_cancellable`).
     :raises BuildError: with TensorRT's errors; :raises ConfigError: an option this TensorRT lacks
     """
-    ready(trt, logger, job.plugins)
+    used = run_cancellable(lambda: _build(trt, logger, job), job.progress)
+    logger.check()
+    return used
+
+
+def _build(trt: Any, logger: Any, job: BuildJob) -> bool:
+    versioned = "VERSION_COMPATIBLE" in job.plan.set_flags
+    ready(trt, logger, () if versioned else job.plugins)  # a version-compatible build loads them through the registry
+    handles = load_for_serialization(trt, job.plugins) if versioned and job.plugins else []
     builder = trt.Builder(logger)
     net = network(trt, builder, job.plan)
-    parse(trt, net, logger, job.model)
+    parser = parse(trt, net, logger, job.model)
     config = configure(trt, builder, job.plan)
+    if versioned:
+        log.info("plugin libraries serialized into the engine: %s", serialize_plugins(config, parser, job.plugins))
     calibrator = set_calibration(trt, builder, config, job.plan, job.calibration) if job.calibration else None
     monitor = progress_monitor(trt, job.progress)
     if monitor is not None:
         config.progress_monitor = monitor
     used = load_timing_cache(config, job.cache) if job.cache else False
     start = time.monotonic()
-    if not serialize_to(trt, builder, net, config, job.output):
+    built = serialize_to(trt, builder, net, config, job.output)
+    if job.progress.cancelled:
+        raise BuildError("the TensorRT build was cancelled")  # the waiting thread raises the signal's exception
+    if not built:
         raise BuildError("TensorRT could not build the engine (build_serialized_network returned None)",
                          log_tail=logger.tail())
-    del calibrator  # kept alive through the build: TensorRT holds only a raw pointer to it
+    del calibrator, parser, handles  # kept alive through the build: TensorRT holds only raw pointers to them
     log.info("TensorRT built the engine in %.1f s (timing cache %s)", time.monotonic() - start,
              "used" if used else "new")
     if job.cache and job.publish:

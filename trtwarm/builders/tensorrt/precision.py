@@ -57,12 +57,13 @@ def check(precision: str, major: int, hardware_compat: str, compute_capability: 
     """The precision's rules for TensorRT *major* on this GPU. :raises ConfigError: a combination TensorRT refuses."""
     if major >= 11:
         if calibration:
-            raise ConfigError("--calibration-cache needs INT8 calibrators, which TensorRT 11 removed",
+            raise ConfigError(f"--calibration-cache is for TensorRT 10.x only: it needs INT8 calibrators, which "
+                              f"TensorRT 11 removed (this is TensorRT {major})",
                               hint="quantize the model instead: explicit Q/DQ nodes from NVIDIA ModelOpt (`python "
                               "-m modelopt.onnx.quantization --quantize_mode int8 ...`), then --precision model")
         if precision != "model":
-            raise ConfigError(f"--precision {precision} is not available with TensorRT {major}: weak typing and "
-                              "precision flags were removed in TensorRT 11", hint=BAKE_HINT)
+            raise ConfigError(f"--precision {precision} is for TensorRT 10.x only (this is TensorRT {major}): weak "
+                              "typing and the precision flags were removed in TensorRT 11", hint=BAKE_HINT)
         return PRECISIONS["model"]
     rule = PRECISIONS[precision]
     if calibration and precision != "int8":

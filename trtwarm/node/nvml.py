@@ -1,0 +1,105 @@
+"""Reading GPUs through NVML (``nvidia-ml-py``, module ``pynvml``), with every query a device may refuse guarded.
+
+A MIG instance or an integrated GPU refuses queries a discrete GPU answers: in MIG mode the parent device's
+``nvmlDeviceGetMemoryInfo`` needs privileges a container lacks (``NVML_ERROR_NO_PERMISSION``), MIG handles answer
+the compute capability and PCI queries only through their parent, and integrated parts such as GB10 answer
+``NVML_ERROR_NOT_SUPPORTED`` for framebuffer memory (NVML API reference, MIG section;
+kubernetes-sigs/dra-driver-nvidia-gpu#1073, NVIDIA/cosmos#180; ``../shared/reference/tensorrt.md`` §10). So each
+query has a fallback or an "unknown", and a device whose handle or name NVML will not give is skipped: never an
+exception out of :func:`read_all`. Every ``pynvml`` error derives from ``pynvml.NVMLError`` (its
+``_extractNVMLErrorsAsClasses`` builds one subclass per NVML error code), which is what is caught.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+log = logging.getLogger("trtwarm.gpu")
+T = TypeVar("T")
+
+
+def _ask(nvml: Any, call: Callable[[], T], what: str) -> T | None:
+    """``call()``, or None when NVML refuses it (NO_PERMISSION, NOT_SUPPORTED, ...): logged at debug level."""
+    try:
+        return call()
+    except nvml.NVMLError as exc:
+        log.debug("NVML: %s refused: %s", what, exc)
+        return None
+
+
+def _memory(nvml: Any, handle: Any) -> int | None:
+    """Total memory: ``nvmlDeviceGetMemoryInfo``; for a MIG instance that refuses it, ``nvmlDeviceGetAttributes_v2``
+    (``memorySizeMB``, MIG handles only); None where neither answers (an integrated part, a MIG parent)."""
+    info = _ask(nvml, lambda: nvml.nvmlDeviceGetMemoryInfo(handle), "memory info")
+    if info is not None:
+        return int(info.total)
+    attributes = _ask(nvml, lambda: nvml.nvmlDeviceGetAttributes_v2(handle), "MIG attributes")
+    return int(attributes.memorySizeMB) << 20 if attributes is not None else None
+
+
+def _placement(nvml: Any, handle: Any) -> tuple[tuple[int, int] | None, str]:
+    """``(compute capability, PCI bus id)``; a MIG handle answers both through its parent."""
+    cc = _ask(nvml, lambda: nvml.nvmlDeviceGetCudaComputeCapability(handle), "compute capability")
+    pci = _ask(nvml, lambda: nvml.nvmlDeviceGetPciInfo(handle).busId, "PCI info")
+    if cc is None or pci is None:
+        parent = _ask(nvml, lambda: nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle), "MIG parent")
+        if parent is not None:
+            cc = cc or _ask(nvml, lambda: nvml.nvmlDeviceGetCudaComputeCapability(parent), "parent's capability")
+            pci = pci or _ask(nvml, lambda: nvml.nvmlDeviceGetPciInfo(parent).busId, "parent's PCI info")
+    pci = pci or ""
+    return (tuple(cc) if cc else None), (pci if isinstance(pci, str) else pci.decode())  # type: ignore[return-value]
+
+
+def _info(nvml: Any, handle: Any, system: dict[str, Any]) -> dict[str, Any] | None:
+    """One device's facts, or None when NVML will not name it (its UUID, name or compute capability)."""
+    name = _ask(nvml, lambda: nvml.nvmlDeviceGetName(handle), "device name")
+    uuid = _ask(nvml, lambda: nvml.nvmlDeviceGetUUID(handle), "device UUID")
+    cc, pci = _placement(nvml, handle)
+    if not name or not uuid or cc is None:
+        log.warning("NVML does not name one of its devices (name %r, UUID %r, compute capability %r): skipped",
+                    name, uuid, cc)
+        return None
+    return {"uuid": uuid, "name": name, "compute_capability": cc, "memory_bytes": _memory(nvml, handle),
+            "pci_bus_id": pci, **system}
+
+
+def _mig_children(nvml: Any, handle: Any, system: dict[str, Any]) -> list[dict[str, Any]]:
+    mode = _ask(nvml, lambda: nvml.nvmlDeviceGetMigMode(handle), "MIG mode")  # refused: not MIG-capable
+    if mode is None or mode[0] != nvml.NVML_DEVICE_MIG_ENABLE:
+        return []
+    children = []
+    for i in range(_ask(nvml, lambda: nvml.nvmlDeviceGetMaxMigDeviceCount(handle), "MIG device count") or 0):
+        child = _ask(nvml, lambda: nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, i), "MIG device")
+        info = _info(nvml, child, system) if child is not None else None  # None: an unpopulated MIG slot
+        if info is not None:
+            children.append(info)
+    return children
+
+
+def read_all(nvml: Any) -> list[dict[str, Any]]:
+    """Every GPU and MIG device *nvml* (the ``pynvml`` module) lists, as dicts of :class:`~trtwarm.node.gpu.GpuInfo`
+    fields; [] when NVML cannot be initialised. Never raises an ``NVMLError``."""
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError:  # no driver library, or no GPU: the caller says what is missing
+        return []
+    try:
+        system = {"driver_version": _ask(nvml, nvml.nvmlSystemGetDriverVersion, "driver version") or "",
+                  "cuda_driver_version": _ask(nvml, nvml.nvmlSystemGetCudaDriverVersion_v2, "CUDA version") or 0}
+        found: list[dict[str, Any]] = []
+        for i in range(_ask(nvml, nvml.nvmlDeviceGetCount, "device count") or 0):
+            handle = _ask(nvml, lambda: nvml.nvmlDeviceGetHandleByIndex(i), f"device {i}")  # NO_PERMISSION: not ours
+            if handle is None:
+                continue
+            info = _info(nvml, handle, system)
+            if info is not None:
+                found.append(info)
+            found.extend(_mig_children(nvml, handle, system))
+        return found
+    finally:
+        _ask(nvml, nvml.nvmlShutdown, "shutdown")
+
+
+__all__ = ["read_all"]
