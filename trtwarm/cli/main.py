@@ -25,7 +25,7 @@ from trtwarm.cli.output import as_error, guarded, report_failure
 log = logging.getLogger("trtwarm")
 LIFECYCLE = ("ls", "show", "stats", "verify", "gc", "rm")
 SIGNING = ("keys", "sign")
-COMMANDS = ("init", "key", "warm", "sidecar", *LIFECYCLE, *SIGNING, "remote", "prebuild", "selftest", "demo",
+COMMANDS = ("init", "key", "warm", "sidecar", *LIFECYCLE, *SIGNING, "remote", "prebuild", "prewarm", "selftest", "demo",
             "completion")
 
 
@@ -113,6 +113,10 @@ def _tool_commands(sub: Any, only: str | None) -> None:
         from trtwarm.cli.remote import add_parsers as add_remote_parsers
 
         add_remote_parsers(sub)
+    if only in (None, "prewarm"):
+        from trtwarm.cli.prewarm import add_parser as add_prewarm
+
+        add_prewarm(sub)
 
 
 def _small_commands(sub: Any) -> None:
