@@ -493,12 +493,7 @@ volumes:
   {{- end }}
   {{- with .Values.engine.model.volume }}
   - name: trtwarm-model
-    {{- /* read-only: the kubelet then leaves its ownership alone (fsGroup would re-own a shared model volume) */}}
-    {{- $v := deepCopy . }}
-    {{- if and $v.persistentVolumeClaim (not (hasKey $v.persistentVolumeClaim "readOnly")) }}
-    {{- $_ := set $v.persistentVolumeClaim "readOnly" true }}
-    {{- end }}
-    {{- toYaml $v | nindent 4 }}
+    {{- include "trtwarm.readOnlyVolume" . | nindent 4 }}
   {{- end }}
   {{- if include "trtwarm.eventsToken" . }}
   - name: trtwarm-sa-token
@@ -536,9 +531,9 @@ metadata:
     {{- with .Values.workload.podLabels }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
-  {{- with .Values.workload.podAnnotations }}
+  {{- with include "trtwarm.podAnnotations" . }}
   annotations:
-    {{- toYaml . | nindent 4 }}
+    {{- . | nindent 4 }}
   {{- end }}
 spec:
   {{- include "trtwarm.podSpec" . | trim | nindent 2 }}
@@ -559,4 +554,108 @@ of a hostPath cache, or the Pod of an emptyDir one), so per-volume metrics aggre
   targetLabel: cache_volume
   replacement: emptyDir/$1
 {{- end }}
+{{- end }}
+
+{{/* Labels of the chart's Job Pods (gc, prebuild, helm test): their own `app.kubernetes.io/name`, so the
+workload's selector, the PodMonitor, the PDB and the Services never select them. (dict "ctx" . "component" "gc") */}}
+{{- define "trtwarm.componentLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-%s" (include "trtwarm.name" .ctx) .component | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+app.kubernetes.io/part-of: {{ include "trtwarm.name" .ctx }}
+{{- end }}
+
+{{/* The GPU resources a prebuild Job asks for: `remote.prebuild.resources`, plus the inference container's
+`nvidia.com/*` (a MIG slice included) where it names none itself. */}}
+{{- define "trtwarm.prebuildResources" -}}
+{{- $res := deepCopy (.Values.remote.prebuild.resources | default dict) -}}
+{{- $own := false -}}
+{{- range $part := list "limits" "requests" }}{{ range $k, $_ := (index $res $part | default dict) }}{{ if hasPrefix "nvidia.com/" $k }}{{ $own = true }}{{ end }}{{ end }}{{ end -}}
+{{- if not $own -}}
+{{- $gpu := include "trtwarm.gpuLimits" . | fromYaml | default dict -}}
+{{- $_ := set $res "limits" (merge (deepCopy ($res.limits | default dict)) $gpu) -}}
+{{- $_ := set $res "requests" (merge (deepCopy ($res.requests | default dict)) $gpu) -}}
+{{- end -}}
+{{- toYaml $res }}
+{{- end }}
+
+{{/* The Pod spec of one prebuild Job (dict "ctx" . "product" "NVIDIA-H100-80GB-HBM3" "config" "<ConfigMap>"). */}}
+{{- define "trtwarm.prebuildPodSpec" -}}
+{{- $ := .ctx -}}
+restartPolicy: Never
+{{- with include "trtwarm.serviceAccountName" $ }}
+serviceAccountName: {{ . }}
+{{- end }}
+automountServiceAccountToken: false
+{{- with $.Values.workload.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $.Values.workload.runtimeClassName }}
+runtimeClassName: {{ . }}
+{{- end }}
+securityContext:
+  {{- toYaml $.Values.workload.podSecurityContext | nindent 2 }}
+nodeSelector:
+  nvidia.com/gpu.product: {{ .product | quote }}
+{{- with $.Values.remote.prebuild.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+containers:
+  - name: prebuild
+    image: {{ include "trtwarm.image" (dict "image" $.Values.init.image "ctx" $ "what" "init.image" "default" $.Chart.AppVersion) }}
+    imagePullPolicy: {{ $.Values.init.image.pullPolicy }}
+    command: ["trtwarm", "prebuild", "--matrix=/etc/trtwarm/matrix.json"]
+    env:
+      {{- $base := concat (include "trtwarm.podEnv" $ | fromYamlArray) (list (dict "name" "TRTWARM_LOG_FORMAT" "value" (toString $.Values.init.logFormat))) }}
+      {{- include "trtwarm.env" (dict "base" (concat $base (include "trtwarm.remoteEnv" $ | fromYamlArray)) "extra" ($.Values.init.env | default list)) | nindent 6 }}
+    {{- include "trtwarm.remoteEnvFrom" $ | nindent 4 }}
+    resources:
+      {{- include "trtwarm.prebuildResources" $ | nindent 6 }}
+    securityContext:
+      {{- toYaml $.Values.init.securityContext | nindent 6 }}
+    terminationMessagePolicy: FallbackToLogsOnError
+    volumeMounts:
+      - name: matrix
+        mountPath: /etc/trtwarm
+        readOnly: true
+      - name: tmp
+        mountPath: /tmp
+      {{- if $.Values.engine.model.volume }}
+      - name: model
+        mountPath: {{ $.Values.engine.model.mountPath }}
+        readOnly: true
+      {{- end }}
+volumes:
+  - name: matrix
+    configMap:
+      name: {{ .config }}
+  - name: tmp
+    emptyDir: {}
+  {{- with $.Values.engine.model.volume }}
+  - name: model
+    {{- include "trtwarm.readOnlyVolume" . | nindent 4 }}
+  {{- end }}
+{{- end }}
+
+{{/* A volume source with a claim made read-only unless it says otherwise: the kubelet then leaves its ownership
+alone (fsGroup would re-own a shared model volume) and nothing here can write the models. */}}
+{{- define "trtwarm.readOnlyVolume" -}}
+{{- $v := deepCopy . }}
+{{- if and $v.persistentVolumeClaim (not (hasKey $v.persistentVolumeClaim "readOnly")) }}
+{{- $_ := set $v.persistentVolumeClaim "readOnly" true }}
+{{- end }}
+{{- toYaml $v }}
+{{- end }}
+
+{{/* The workload Pod's annotations: a checksum of each ConfigMap the chart renders for it (a changed trust policy
+rolls the Pods, which read it only at start), then `workload.podAnnotations`. */}}
+{{- define "trtwarm.podAnnotations" -}}
+{{- $a := dict }}
+{{- if and (include "trtwarm.trustEnabled" .) (not .Values.trust.existingConfigMap) }}
+{{- $_ := set $a "checksum/trust" (include (print .Template.BasePath "/configmap-trust.yaml") . | sha256sum) }}
+{{- end }}
+{{- $a = merge (deepCopy (.Values.workload.podAnnotations | default dict)) $a }}
+{{- if $a }}{{ toYaml $a }}{{ end }}
 {{- end }}
