@@ -167,8 +167,10 @@ def assert_wired(spec: dict[str, Any], main: str, init: str = "trtwarm-init", ex
     if exporter is None:
         return
     e = container(spec, exporter)
-    assert e["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    port = e["readinessProbe"]["httpGet"]["port"]
+    # Ready once the engine is handed over, checked by the kubelet (not by the exporter's memory, lost on a restart)
+    assert e["readinessProbe"]["exec"]["command"] == ["test", "-s", f"{handoff_dir}/engine"]
+    assert e["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    port = e["livenessProbe"]["httpGet"]["port"]
     assert port in [p["name"] for p in e["ports"]] or port in [p["containerPort"] for p in e["ports"]]
     assert mounts(e)[cache_vol] == cache_dir and mounts(e)[handoff_vol] == handoff_dir
     if native:

@@ -107,12 +107,17 @@ class SimulatedPod:
             done.append(proc)
         return done
 
-    def probe(self, name: str) -> int:
-        """The rendered readiness probe of container *name*, against its simulated port."""
+    def probe(self, name: str, kind: str = "readinessProbe") -> int:
+        """The rendered probe of container *name* as the kubelet runs it: an HTTP GET against its simulated port
+        (its status code), or a command with the container's paths mapped (200 when it exits 0, else 503)."""
         c = container(self.spec, name)
+        probe = c[kind]
+        if "exec" in probe:
+            argv = [self.host_path(c, a) if a.startswith("/") else a for a in probe["exec"]["command"]]
+            return 200 if subprocess.run(argv, check=False).returncode == 0 else 503
         proc, port = self.sidecars[name]
         assert proc.poll() is None
-        return get(f"http://127.0.0.1:{port}{c['readinessProbe']['httpGet']['path']}")[0]
+        return get(f"http://127.0.0.1:{port}{probe['httpGet']['path']}")[0]
 
     def metrics(self, name: str = "trtwarm-exporter") -> str:
         return get(f"http://127.0.0.1:{self.sidecars[name][1]}/metrics")[1]
@@ -196,6 +201,29 @@ def _catching(fn, errors: list[BaseException]):  # noqa: ANN001, ANN202
             errors.append(exc)
 
     return run
+
+
+def test_readiness_survives_a_restart_of_the_exporter_and_liveness_watches_it(tmp_path: Path) -> None:
+    """Issue 28 F4: the Pod is Ready once the init handed the engine over, by a check the kubelet runs on the
+    hand-off; a restarted exporter (its memory of the hand-off gone) does not make it NotReady."""
+    spec = pod_spec(objects(render(VALUES)))
+    models = tmp_path / "volumes" / "models"
+    make_model(models / "mlp.onnx")
+    pod = SimulatedPod(spec, "server-0", tmp_path / "pods", {"trtwarm-model": models})
+    exporter = container(spec, "trtwarm-exporter")
+    try:
+        pod.start_sidecar(exporter)
+        assert pod.probe("trtwarm-exporter") == 503 and pod.probe("trtwarm-exporter", "livenessProbe") == 200
+        pod.run_inits()
+        assert pod.probe("trtwarm-exporter") == 200
+        proc, _port = pod.sidecars.pop("trtwarm-exporter")
+        proc.kill()  # the kubelet restarts a crashed native sidecar
+        proc.communicate()
+        pod.start_sidecar(exporter)
+        assert pod.probe("trtwarm-exporter") == 200 and pod.probe("trtwarm-exporter", "livenessProbe") == 200
+        run_server_container(pod)
+    finally:
+        assert pod.stop() == [0]
 
 
 def test_the_legacy_exporter_runs_beside_the_server_and_gates_readiness(tmp_path: Path) -> None:

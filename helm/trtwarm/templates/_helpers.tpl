@@ -303,12 +303,22 @@ the same GPU. */}}
     - name: trtwarm-metrics
       containerPort: {{ .Values.exporter.port }}
       protocol: TCP
+  {{- /* Ready once trtwarm init handed the engine over: a file the kubelet checks itself, so a restart of the
+  exporter's process (which forgets what it saw) does not make the Pod NotReady. The engine link resolves through
+  the cache mount; under `--handoff copy` it is a file in the hand-off. */}}
   readinessProbe:
-    httpGet:
-      path: /readyz
-      port: trtwarm-metrics
+    exec:
+      command: ["test", "-s", {{ printf "%s/engine" .Values.handoff.mountPath | quote }}]
     periodSeconds: {{ .Values.exporter.readinessProbe.periodSeconds }}
+    timeoutSeconds: {{ .Values.exporter.readinessProbe.timeoutSeconds }}
     failureThreshold: {{ .Values.exporter.readinessProbe.failureThreshold }}
+  livenessProbe:
+    httpGet:
+      path: /healthz
+      port: trtwarm-metrics
+    periodSeconds: {{ .Values.exporter.livenessProbe.periodSeconds }}
+    timeoutSeconds: {{ .Values.exporter.livenessProbe.timeoutSeconds }}
+    failureThreshold: {{ .Values.exporter.livenessProbe.failureThreshold }}
   resources:
     {{- toYaml .Values.exporter.resources | nindent 4 }}
   securityContext:
