@@ -108,7 +108,7 @@ def test_job_pods_have_their_own_labels_that_no_selector_of_the_workload_matches
     selectors = [o["spec"]["selector"]["matchLabels"] for o in objs if o["kind"] in
                  ("Deployment", "PodMonitor", "PodDisruptionBudget")]
     selectors += [o["spec"]["selector"] for o in objs if o["kind"] == "Service"]
-    assert len(selectors) == 3
+    assert len(selectors) == 4  # the Service of the inference port too
     pods = [o["spec"]["template"]["metadata"]["labels"] for o in objs if o["kind"] == "Job"]
     pods += [o["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"] for o in objs if o["kind"] == "CronJob"]
     pods += [o["metadata"]["labels"] for o in objs if o["kind"] == "Pod"]

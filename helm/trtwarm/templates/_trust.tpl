@@ -47,7 +47,7 @@
 {{- if include "trtwarm.trustSigns" . }}
 - name: trtwarm-signing
   secret:
-    secretName: {{ .Values.trust.signingKey.existingSecret }}
+    secretName: {{ .Values.trust.signingKey.existingSecret | quote }}
     defaultMode: 0440  # owner and the fsGroup (the init runs as a non-root uid)
 {{- end }}
 {{- end }}
