@@ -9,7 +9,7 @@ import re
 import pytest
 import yaml
 
-from k8s import CHART, objects, pod_spec, render, validate, workload
+from k8s import CHART, container, objects, pod_spec, render, validate, workload
 
 helm = pytest.importorskip("helm_python", reason="helm-python-sdk is not installed (pip install '.[test]')")
 NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -146,3 +146,178 @@ def test_the_trust_config_map_name_fits_for_the_longest_release_name() -> None:
     [config] = [o for o in objs if o["kind"] == "ConfigMap"]
     assert len(config["metadata"]["name"]) <= 63 and config["metadata"]["name"].endswith("-trust")
     assert config["metadata"]["name"] in [v.get("configMap", {}).get("name") for v in pod_spec(objs)["volumes"]]
+
+
+# --- renders that could never become Ready fail at `helm template` time, naming the values (F8, F12, F18, F6) ---
+
+TRITON_PORTS = [{"name": "web", "containerPort": 8000}, {"name": "grpc", "containerPort": 8001}]
+
+
+@pytest.mark.parametrize("values,message", [
+    ({"workload": {"container": {"ports": TRITON_PORTS}}},
+     r'workload.container.readinessProbe.httpGet.port "http" names no port of workload.container.ports'),
+    ({"workload": {"container": {"livenessProbe": {"tcpSocket": {"port": "metrics"}}}}},
+     r'livenessProbe.tcpSocket.port "metrics" names no port'),
+    ({"exporter": {"port": 8002}}, r"exporter.port=8002 is taken by the inference container .*Triton's 8000/8001/8002"),
+    ({"exporter": {"port": 8001}}, r"exporter.port=8001 is taken"),
+    ({"exporter": {"port": 7000}, "workload": {"container": {
+        "image": {"repository": "vllm/vllm-openai", "tag": "1"}, "command": ["serve"],
+        "ports": [{"name": "http", "containerPort": 7000}]}}}, r"exporter.port=7000 is taken .*\[7000\]"),
+    ({"cache": {"type": "emptyDir"}, "engine": {"readOnly": True}}, r"cache.type=emptyDir with engine.readOnly=true"),
+    ({"cache": {"type": "emptyDir"}, "trust": {"mode": "warn", "role": "consumer"}},
+     r"cache.type=emptyDir with trust.role=consumer"),
+    ({"cache": {"type": "hostPath", "hostPath": {"path": "/", "type": "Directory"}}}, r'cache.hostPath.path="/" is'),
+    ({"cache": {"type": "hostPath", "hostPath": {"path": "/etc/trtwarm", "type": "Directory"}}},
+     r"a system directory"),
+    ({"cache": {"type": "hostPath", "hostPath": {"path": "/var/lib/", "type": "Directory"}}}, r"system directory"),
+    ({"engine": {"verify": "stamp", "stamps": {"hostPath": "/proc/1"}}}, r"engine.stamps.hostPath=\"/proc/1\""),
+    ({"trust": {"mode": "warn", "signingKey": {"existingSecret": "k"}}, "engine": {"tensorrt": {"plugins": ["/p.so"]}}},
+     r"runs engine.tensorrt.plugins: code from there could read the signing key"),
+    ({"trust": {"mode": "warn", "signingKey": {"existingSecret": "k"}},
+      "engine": {"builder": "command", "command": {"template": "cp {model} {output}", "version": "1"}}},
+     r"runs engine.command.template"),
+])
+def test_a_render_that_could_never_become_ready_fails_naming_the_values(values: dict, message: str) -> None:
+    with pytest.raises(helm.HelmError, match=message):
+        render(values)
+    off = copy.deepcopy(values)  # a parent chart that includes the named templates gets the same guard (F12)
+    off.setdefault("workload", {})["enabled"] = False
+    with pytest.raises(helm.HelmError, match=message):
+        render(off)
+
+
+def test_the_working_neighbours_of_the_refused_renders_pass() -> None:
+    renamed = {"workload": {"container": {"ports": TRITON_PORTS, "readinessProbe": {
+        "httpGet": {"path": "/v2/health/ready", "port": "web"}}}}}
+    for values in (renamed, {"workload": {"container": {"readinessProbe": {"httpGet": {"path": "/", "port": 8000}}}}},
+                   {"exporter": {"port": 8002, "enabled": False}},
+                   {"cache": {"type": "emptyDir"}, "engine": {"readOnly": True}, "remote": {"url": "s3://engines/p"}},
+                   {"cache": {"type": "emptyDir"}, "trust": {"mode": "warn", "role": "consumer"},
+                    "remote": {"url": "s3://engines/p", "pullOnly": True}},
+                   {"cache": {"type": "hostPath", "hostPath": {"path": "/var/lib/trtwarm/cache", "type": "Directory"}}},
+                   {"trust": {"mode": "warn", "signingKey": {"existingSecret": "k", "allowUntrustedBuildSteps": True}},
+                    "engine": {"tensorrt": {"plugins": ["/p.so"]}}}):
+        assert validate(objects(render(values)), [29, 37]) == [], values
+
+
+def test_workload_disabled_still_checks_every_guard() -> None:
+    """F12: the guards of the init's flags and the cache volume run although no workload is rendered."""
+    for values, message in (({"engine": {"shapes": {"a": "1"}, "profiles": ["a=1:1:1"]}}, "do not mix"),
+                            ({"cache": {"type": "hostPath"}}, "DirectoryOrCreate makes a root-owned"),
+                            ({"gc": {"mode": "sidecar"}, "exporter": {"enabled": False}}, "needs exporter.enabled")):
+        with pytest.raises(helm.HelmError, match=message):
+            render({**values, "workload": {"enabled": False}})
+
+
+# --- the rest of issue 28, one check each ---------------------------------------------------------------------
+
+def test_dra_claims_of_the_server_are_the_init_containers_too() -> None:
+    """F3: with a GPU by resource claim, the init container builds on the device the server gets."""
+    values = {"workload": {"podSpecExtra": {"resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "h100"}]},
+                           "containerExtra": {"resources": {"claims": [{"name": "gpu"}]}},
+                           "container": {"resources": {"limits": {"nvidia.com/gpu": None}}}}}
+    objs = objects(render(values))
+    assert validate(objs, [33, 37]) == []
+    spec = pod_spec(objs)
+    init = container(spec, "trtwarm-init")
+    assert init["resources"]["claims"] == [{"name": "gpu"}] == container(spec, "inference")["resources"]["claims"]
+    assert "claims" not in container(spec, "trtwarm-exporter").get("resources", {})
+
+
+def test_workload_identity_reaches_the_init_container_only() -> None:
+    """F7: the EKS identity webhook skips every container the Pod names; the init alone pushes and pulls."""
+    values = yaml.safe_load((CHART / "ci" / "remote-pull-only-values.yaml").read_text())
+    values.setdefault("workload", {})["extraContainers"] = [{"name": "proxy", "image": "envoy:1"}]
+    objs = objects(render(values))
+    annotations = workload(objs)["spec"]["template"]["metadata"]["annotations"]
+    skipped = set(annotations["eks.amazonaws.com/skip-containers"].split(","))
+    spec = pod_spec(objs)
+    names = {c["name"] for c in spec["initContainers"] + spec["containers"]}
+    assert skipped == names - {"trtwarm-init"}
+    secret = objects(render(remote_values()))  # a Secret reaches the init only (envFrom) and needs no skipping
+    assert "annotations" not in workload(secret)["spec"]["template"]["metadata"]
+
+
+def test_pull_only_image_by_digest_and_numbers_and_hashes_as_written() -> None:
+    """F15, F16, F17."""
+    digest = "sha256:" + "cd" * 32
+    values = yaml.safe_load((CHART / "ci" / "remote-pull-only-values.yaml").read_text())
+    values["remote"]["pullOnlyImage"] = {"repository": "ghcr.io/trtwarm/trtwarm-init-pull", "digest": digest}
+    values["engine"] = {"keyExtra": {"date": 20250101, "ratio": 0.5, "big": 12345678901}}
+    values["cache"] = {"mountPath": "/models/cache #1", "pvc": {"storageClass": "nfs #fast", "size": "50Gi"}}
+    values.setdefault("workload", {})["priorityClassName"] = "gpu #high"
+    objs = objects(render(values))
+    init = container(pod_spec(objs), "trtwarm-init")
+    assert init["image"] == f"ghcr.io/trtwarm/trtwarm-init-pull@{digest}"
+    assert {"--key-extra=date=20250101", "--key-extra=ratio=0.5", "--key-extra=big=12345678901"} <= set(init["args"])
+    assert {m["name"]: m["mountPath"] for m in init["volumeMounts"]}["trtwarm-cache"] == "/models/cache #1"
+    assert pod_spec(objs)["priorityClassName"] == "gpu #high"
+    assert next(o for o in objs if o["kind"] == "PersistentVolumeClaim")["spec"]["storageClassName"] == "nfs #fast"
+
+
+def test_a_service_publishes_the_inference_ports_of_ready_pods() -> None:
+    """F19."""
+    objs = objects(render({}))
+    [service] = [o for o in objs if o["kind"] == "Service"]
+    assert service["spec"]["selector"] == workload(objs)["spec"]["selector"]["matchLabels"]
+    assert [(p["name"], p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [
+        ("http", 8000, "http"), ("grpc", 8001, "grpc")]
+    sts = objects(render({"workload": {"kind": "StatefulSet"}, "service": {"ports": [{"name": "api", "port": 80,
+                                                                                      "targetPort": "http"}]}}))
+    names = sorted(o["metadata"]["name"] for o in sts if o["kind"] == "Service")
+    assert names == ["rel-trtwarm", "rel-trtwarm-server"]
+    assert not [o for o in objects(render({"service": {"enabled": False}})) if o["kind"] == "Service"]
+
+
+def test_notes_name_the_claims_access_modes_and_the_uid() -> None:
+    """F13, F20."""
+    def notes(values: dict) -> str:
+        return next(t for p, t in render(values).items() if p.endswith("NOTES.txt"))
+
+    rwo = notes({"cache": {"pvc": {"accessModes": ["ReadWriteOnce"]}}})
+    assert "asks for ReadWriteOnce from" in rwo and "Multi-Attach" in rwo and "default classes of EKS" not in rwo
+    host = notes({"cache": {"type": "hostPath", "hostPath": {"type": "Directory"}}})
+    assert "writable by uid 1000" in host
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert (CHART / chart["icon"].rsplit("/helm/trtwarm/", 1)[1]).is_file()
+    assert chart["version"] != "0.1.0"
+
+
+def test_an_enforcing_profile_hands_over_a_private_copy_in_a_sized_emptydir() -> None:
+    values = yaml.safe_load((CHART / "ci" / "trust-values.yaml").read_text())
+    spec = pod_spec(objects(render(values)))
+    assert "--handoff=copy" in container(spec, "trtwarm-init")["args"]
+    handoff = next(v for v in spec["volumes"] if v["name"] == "trtwarm-handoff")
+    assert handoff["emptyDir"] == {"sizeLimit": "20Gi"}  # the engine itself lives there
+    default = pod_spec(objects(render({})))
+    assert not [a for a in container(default, "trtwarm-init")["args"] if a.startswith("--handoff=")]
+    assert next(v for v in default["volumes"] if v["name"] == "trtwarm-handoff")["emptyDir"] == {"sizeLimit": "16Mi"}
+    linked = pod_spec(objects(render({**values, "handoff": {"mode": "link"}})))
+    assert "--handoff=copy" not in container(linked, "trtwarm-init")["args"]
+
+
+@pytest.mark.parametrize("values", [
+    {"trust": {"mode": None}}, {"trust": {"mode": "strict"}},
+    {"trust": {"mode": "warn", "keys": [{"name": "k", "public_key_file": "k.pub", "models": []}]}},
+    {"trust": {"mode": "warn", "keys": [{"name": "k", "public_key_file": "k.pub", "models": [1]}]}},
+    {"trust": {"mode": "warn", "keys": [{"name": "k", "public_key_file": "k.pub", "trusted": True}]}},
+    {"trust": {"mode": "warn", "policy": {}}},
+    {"gc": {"mode": "sidecar", "interval": "0s"}}, {"gc": {"interval": "0"}}, {"exporter": {"scanInterval": "0.0"}},
+    {"exporter": {"leaseInterval": "-1s"}}, {"engine": {"lockTimeout": "0m"}}, {"engine": {"progressInterval": "0"}},
+    {"engine": {"stamps": {"maxAge": "0d"}}}, {"gc": {"keepPerModel": 0}}, {"gc": {"activeDeadlineSeconds": 0}},
+    {"exporter": {"readinessProbe": {"timeoutSeconds": 0}}}, {"exporter": {"livenessProbe": {"periodSeconds": 0}}},
+    {"handoff": {"mode": "symlink"}}, {"remote": {"pullOnlyImage": {"digest": "latest"}}},
+])
+def test_the_schema_refuses_bad_trust_policies_and_zero_intervals(values: dict) -> None:
+    with pytest.raises(helm.HelmError, match="schema"):
+        render(values)
+
+
+def test_the_schema_accepts_positive_intervals_and_probe_timeouts() -> None:
+    values = {"gc": {"mode": "sidecar", "interval": "0.5h", "keepPerModel": 1}, "engine": {"lockTimeout": "90",
+              "progressInterval": "1s"}, "exporter": {"readinessProbe": {"timeoutSeconds": 2}, "leaseInterval": "10s"}}
+    spec = pod_spec(objects(render(values)))
+    exporter = container(spec, "trtwarm-exporter")
+    assert exporter["readinessProbe"]["timeoutSeconds"] == 2
+    assert {"--gc-interval=0.5h", "--lease-interval=10s", "--gc-keep-per-model=1"} <= set(exporter["args"])
+    assert {"--lock-timeout=90", "--progress-interval=1s"} <= set(container(spec, "trtwarm-init")["args"])

@@ -735,7 +735,8 @@ the workload (templates/validate.yaml). */}}
 {{- end }}
 {{- if $v.exporter.enabled }}
 {{- $triton := or (has "tritonserver" ($c.command | default list)) (contains "tritonserver" $v.workload.container.image.repository) }}
-{{- $taken := concat $ports.numbers (ternary (list 8000 8001 8002) list $triton) }}
+{{- $taken := ternary (list 8000 8001 8002) list $triton }}
+{{- range $ports.numbers }}{{ $taken = append $taken (int .) }}{{ end }}
 {{- if has (int $v.exporter.port) $taken }}
 {{- fail (printf "exporter.port=%v is taken by the inference container (its ports %v%s): the Pod's containers share one network namespace; choose another exporter.port (default 9400)" $v.exporter.port $ports.numbers (ternary ", Triton's 8000/8001/8002" "" $triton)) }}
 {{- end }}
