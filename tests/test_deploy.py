@@ -396,3 +396,54 @@ def test_any_string_in_an_untargeted_document_passes_through_unchanged() -> None
         assert list(yaml.safe_load_all(out))[0] == doc
 
     check()
+
+
+EDGE_TARGET = '''apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  labels: &labels
+    a: 0o17
+    b: 017
+    c: 1_000
+    d: 0x1F
+    e: 1e3
+    g: yes
+    h: ~
+    i: 2001-12-14
+    j: 1:20
+    n: 'single'
+spec:
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels:
+        <<: *labels
+        app: web
+    spec:
+      containers:
+        - name: server
+          image: x
+          args: [0o17, 1e3, yes, 12:30:00]
+'''
+
+
+def test_a_targets_own_plain_scalars_mean_to_the_api_server_what_they_meant_before() -> None:
+    """YAML 1.1 readers (the API server's) and ruamel.yaml (1.2) differ on `0o17`, `017`, `yes`, sexagesimals...:
+    the round trip keeps each as written, so the target's untouched fields keep their meaning; anchors survive."""
+    proc = _post_render_text(EDGE_TARGET, {}, "--target=web", "--container=server", "--model=/m.onnx")
+    assert proc.returncode == 0, proc.stderr
+    before, after = yaml.safe_load(EDGE_TARGET), yaml.safe_load(proc.stdout)
+    assert after["metadata"] == before["metadata"]
+    assert after["spec"]["template"]["metadata"] == before["spec"]["template"]["metadata"]
+    assert container(pod_spec([after]), "server")["args"] == ["0o17", "1e3", True, 45000]
+    assert "&labels" in proc.stdout and "<<: *labels" in proc.stdout
+    config = "---\r\napiVersion: v1\r\nkind: ConfigMap\r\nmetadata: {name: c}\r\ndata: {a: \"y\"}\r\n"
+    raw = subprocess.run([sys.executable, str(POST_RENDERER / "post-render.py"), "--target=web", "--container=server",
+                          "--model=/m.onnx"], input=(config + "---\r\n" + EDGE_TARGET).encode(), capture_output=True,
+                         env=env_for({}), check=False)
+    assert raw.returncode == 0 and raw.stdout.startswith(config.encode()), raw.stderr  # Windows line ends too
+    bad = subprocess.run([sys.executable, str(POST_RENDERER / "post-render.py"), "--target=web", "--container=server",
+                          "--model=/m.onnx"], input=b"kind: \xff\n", capture_output=True, env=env_for({}), check=False)
+    assert bad.returncode == 2 and b"not UTF-8" in bad.stderr and b"Traceback" not in bad.stderr

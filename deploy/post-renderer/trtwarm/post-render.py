@@ -53,7 +53,7 @@ POD_ENV = [{"name": n, "valueFrom": {"fieldRef": {"fieldPath": p}}} for n, p in
            (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace"), ("POD_UID", "metadata.uid"),
             ("NODE_NAME", "spec.nodeName"))] + [{"name": "HOME", "value": "/tmp"}]
 #: a document separator: `---` alone on its line (at column 0 it ends any block scalar, so it is always one)
-SEPARATOR = re.compile(r"^---[ \t]*(?:#[^\n]*)?$", re.M)
+SEPARATOR = re.compile(r"^---[ \t]*(?:#[^\n]*)?\r?$", re.M)
 #: server flags that name a model repository the cache must stay out of (Triton, TorchServe)
 REPOSITORY_FLAGS = ("--model-repository", "--model_repository", "--model-store", "--model_store")
 
@@ -290,13 +290,17 @@ def render(text: str, ns: argparse.Namespace) -> tuple[str, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     try:
         ns = parse(sys.argv[1:] if argv is None else argv, dict(os.environ))
-        text, notes = render(sys.stdin.read(), ns)
+        try:  # bytes, not text mode: line ends (CRLF too) pass through as they came
+            source = sys.stdin.buffer.read().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise Refused(f"the input is not UTF-8: {exc}") from None
+        text, notes = render(source, ns)
     except Refused as exc:
         print(f"trtwarm post-renderer: {exc}", file=sys.stderr)
         return 2
     for note in notes:
         print(f"trtwarm post-renderer: {note}", file=sys.stderr)
-    sys.stdout.write(text)
+    sys.stdout.buffer.write(text.encode("utf-8"))
     return 0
 
 
