@@ -36,7 +36,7 @@ RELEASES = st.one_of(st.sampled_from(["rel", "r" * 53, "trtwarm", "my-trtwarm", 
 def chart_values(draw: Any) -> dict[str, Any]:
     """One combination of the values users set most, with the ones the review found breaking weighted in."""
     port_name = draw(st.sampled_from(["http", "http", "web"]))
-    probe_port = draw(st.sampled_from(["http", "http", 8000, "metrics"]))
+    probe_port = draw(st.sampled_from(["http", "http", "http", 8000, "metrics"]))
     container: dict[str, Any] = {
         "ports": [{"name": port_name, "containerPort": 8000}, {"name": "grpc", "containerPort": 8001}],
         # null drops the chart's default probe; a map merges over it (Helm), so a tcpSocket probe nulls httpGet
@@ -74,6 +74,8 @@ def chart_values(draw: Any) -> dict[str, Any]:
     return {
         "nameOverride": draw(st.sampled_from(["", "", "warm", "x" * 60])),
         "workload": {"kind": draw(st.sampled_from(["Deployment", "StatefulSet"])), "replicas": draw(st.integers(0, 3)),
+                     "extraContainers": draw(st.sampled_from([[], [], [], [{"name": "proxy", "image": "envoy:1"}],
+                                                              [{"name": "trtwarm-exporter", "image": "x:1"}]])),
                      "podDisruptionBudget": {"enabled": draw(st.booleans())}, "container": container,
                      "runtimeClassName": draw(st.sampled_from(["", "nvidia"]))},
         "engine": {"builder": draw(st.sampled_from(["tensorrt", "onnxruntime"])),
@@ -85,7 +87,7 @@ def chart_values(draw: Any) -> dict[str, Any]:
         "cache": cache,
         "exporter": {"enabled": draw(st.booleans()) or gc_mode != "none" or metrics_on,
                      "mode": draw(st.sampled_from(["native", "native", "legacy"])),
-                     "port": draw(st.sampled_from([9400, 9400, 8000, 8001, 8002, 9090]))},
+                     "port": draw(st.sampled_from([9400, 9400, 9400, 9400, 8000, 8001, 8002, 9090]))},
         "gc": {"mode": gc_mode},
         "metrics": {"enabled": metrics_on, "kind": draw(st.sampled_from(["PodMonitor", "ServiceMonitor"])),
                     "rules": {"enabled": draw(st.booleans())}},
@@ -151,7 +153,11 @@ def _pod_specs(obj: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _check_probes(spec: dict[str, Any]) -> None:
-    """Every probe names a port its container has (a number is any port the process listens on)."""
+    """Container and volume names are unique in the Pod (the API server's rule, beyond the schema), and every probe
+    names a port its container has (a number is any port the process listens on)."""
+    names = [c["name"] for c in spec.get("initContainers", []) + spec["containers"]]
+    volumes = [v["name"] for v in spec.get("volumes", [])]
+    assert len(set(names)) == len(names) and len(set(volumes)) == len(volumes), (names, volumes)
     for c in spec.get("initContainers", []) + spec["containers"]:
         ports = {p.get("name") for p in c.get("ports", [])}
         for kind in ("startupProbe", "readinessProbe", "livenessProbe"):

@@ -756,6 +756,19 @@ the workload (templates/validate.yaml). */}}
 {{- with $v.engine.stamps.hostPath }}
 {{- include "trtwarm.checkHostPath" (dict "path" . "what" "engine.stamps.hostPath") }}
 {{- end }}
+{{- $names := list $v.workload.container.name "trtwarm-init" }}
+{{- if $v.exporter.enabled }}{{ $names = append $names "trtwarm-exporter" }}{{ end }}
+{{- if $v.cache.fixPermissions.enabled }}{{ $names = append $names "trtwarm-fix-permissions" }}{{ end }}
+{{- range concat ($v.workload.extraInitContainers | default list) ($v.workload.extraContainers | default list) }}
+{{- if has .name $names }}{{ fail (printf "workload.extraInitContainers/extraContainers: a container is named %q twice in the Pod (names the chart uses: %v); rename it" .name $names) }}{{ end }}
+{{- $names = append $names .name }}
+{{- end }}
+{{- if has $v.workload.container.name (list "trtwarm-init" "trtwarm-exporter" "trtwarm-fix-permissions") }}
+{{- fail (printf "workload.container.name=%q is the name of a trtwarm container; choose another" $v.workload.container.name) }}
+{{- end }}
+{{- range ($v.workload.extraVolumes | default list) }}
+{{- if hasPrefix "trtwarm-" (toString .name) }}{{ fail (printf "workload.extraVolumes: %q is a name the chart uses for its own volumes (trtwarm-*); rename it" .name) }}{{ end }}
+{{- end }}
 {{- if and (include "trtwarm.trustSigns" .) (or (eq $v.engine.builder "command") $v.engine.tensorrt.plugins) (not $v.trust.signingKey.allowUntrustedBuildSteps) }}
 {{- fail (printf "trust.signingKey.existingSecret is mounted in the container that runs %s: code from there could read the signing key; build and sign in a prebuild Job you trust instead (trust.role=consumer here), or accept it with trust.signingKey.allowUntrustedBuildSteps=true" (ternary "engine.command.template" "engine.tensorrt.plugins" (eq $v.engine.builder "command"))) }}
 {{- end }}
