@@ -785,3 +785,8 @@ the workload (templates/validate.yaml). */}}
 {{- fail (printf "%s=%q is the root or a system directory of the node: trtwarm would own and write it; use a directory of its own such as /var/lib/trtwarm/cache" .what .path) }}
 {{- end }}
 {{- end }}
+
+{{/* The ports of the inference Service: `service.ports`, else the inference container's. */}}
+{{- define "trtwarm.servicePorts" -}}
+{{- toYaml (.Values.service.ports | default (include "trtwarm.mainContainer" . | fromYamlArray | first).ports | default list) }}
+{{- end }}
