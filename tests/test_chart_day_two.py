@@ -176,9 +176,11 @@ TRITON_PORTS = [{"name": "web", "containerPort": 8000}, {"name": "grpc", "contai
     ({"trust": {"mode": "warn", "signingKey": {"existingSecret": "k"}},
       "engine": {"builder": "command", "command": {"template": "cp {model} {output}", "version": "1"}}},
      r"runs engine.command.template"),
-    ({"workload": {"extraContainers": [{"name": "trtwarm-exporter", "image": "x:1"}]}}, r'named "trtwarm-exporter" twice'),
+    ({"workload": {"extraContainers": [{"name": "trtwarm-exporter", "image": "x:1"}]}},
+     r'named "trtwarm-exporter" twice'),
     ({"workload": {"container": {"name": "trtwarm-init"}}}, r'workload.container.name="trtwarm-init"'),
-    ({"workload": {"extraVolumes": [{"name": "trtwarm-cache", "emptyDir": {}}]}}, r'"trtwarm-cache" is a name the chart'),
+    ({"workload": {"extraVolumes": [{"name": "trtwarm-cache", "emptyDir": {}}]}},
+     r'"trtwarm-cache" is a name the chart'),
 ])
 def test_a_render_that_could_never_become_ready_fails_naming_the_values(values: dict, message: str) -> None:
     with pytest.raises(helm.HelmError, match=message):

@@ -356,7 +356,8 @@ def test_the_post_renderer_is_idempotent_and_never_rewires_a_wired_pod() -> None
     assert "already runs trtwarm-init: left as it is" in twice.stderr
     # trtwarm's own chart, wired with trust flags and --read-only: targeted by mistake, it stays as it was (F9)
     rendered = render(yaml.safe_load((CHART / "ci" / "trust-values.yaml").read_text()))
-    text = "".join(f"---\n# Source: {path}\n{body}" for path, body in rendered.items() if not path.endswith("NOTES.txt"))
+    text = "".join(f"---\n# Source: {path}\n{body}" for path, body in rendered.items()
+                   if not path.endswith("NOTES.txt"))
     proc = _post_render_text(text, {"TRTWARM_TARGET": "rel-trtwarm", "TRTWARM_CONTAINER": "inference",
                                     "TRTWARM_MODEL": "/m.onnx"})
     assert proc.returncode == 0 and proc.stdout == text, proc.stderr
