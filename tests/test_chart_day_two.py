@@ -373,3 +373,25 @@ def _dig(node: dict, path: tuple) -> object:
     for key in path:
         node = node[key]
     return node
+
+
+def test_the_fast_validator_agrees_with_kubernetes_validate() -> None:
+    """tests/k8s.py compiles kubernetes-validate's schemas once; on valid and broken objects it says what the
+    library says, for the oldest and the newest supported version."""
+    import kubernetes_validate
+
+    objs = objects(render(yaml.safe_load((CHART / "ci" / "remote-values.yaml").read_text())))
+    broken = copy.deepcopy(workload(objs))
+    broken["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "http"
+    extra = copy.deepcopy(next(o for o in objs if o["kind"] == "Job"))
+    extra["spec"]["template"]["spec"]["containers"][0]["bogus"] = True
+    for minor in (29, 37):
+        for obj in objs:
+            if obj["kind"] in ("PodMonitor", "ServiceMonitor", "PrometheusRule"):
+                continue
+            kubernetes_validate.validate(obj, f"1.{minor}.0", strict=True)
+        assert validate(objs, [minor]) == []
+        for bad in (broken, extra):
+            with pytest.raises(kubernetes_validate.ValidationError):
+                kubernetes_validate.validate(bad, f"1.{minor}.0", strict=True)
+            assert len(validate([bad], [minor])) == 1
