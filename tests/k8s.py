@@ -168,7 +168,10 @@ def assert_wired(spec: dict[str, Any], main: str, init: str = "trtwarm-init", ex
         return
     e = container(spec, exporter)
     # Ready once the engine is handed over, checked by the kubelet (not by the exporter's memory, lost on a restart)
-    assert e["readinessProbe"]["exec"]["command"] == ["test", "-s", f"{handoff_dir}/engine"]
+    # in the hand-off only: the link (-L, never followed into the cache volume) or, handed over as a copy, the file
+    test_op, path = e["readinessProbe"]["exec"]["command"][1:]
+    assert e["readinessProbe"]["exec"]["command"][0] == "test" and path == f"{handoff_dir}/engine"
+    assert test_op == ("-s" if "--handoff=copy" in i["args"] else "-L")
     assert e["livenessProbe"]["httpGet"]["path"] == "/healthz"
     port = e["livenessProbe"]["httpGet"]["port"]
     assert port in [p["name"] for p in e["ports"]] or port in [p["containerPort"] for p in e["ports"]]

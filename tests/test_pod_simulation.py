@@ -222,6 +222,12 @@ def test_readiness_survives_a_restart_of_the_exporter_and_liveness_watches_it(tm
         pod.start_sidecar(exporter)
         assert pod.probe("trtwarm-exporter") == 200 and pod.probe("trtwarm-exporter", "livenessProbe") == 200
         run_server_container(pod)
+        cache = pod.volumes["trtwarm-cache"]
+        cache.rename(cache.with_name("cache-gone"))  # the cache volume unreachable: the probe never looks there
+        try:
+            assert pod.probe("trtwarm-exporter") == 200
+        finally:
+            cache.with_name("cache-gone").rename(cache)
     finally:
         assert pod.stop() == [0]
 

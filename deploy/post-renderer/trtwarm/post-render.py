@@ -142,9 +142,9 @@ def _containers(ns: argparse.Namespace, server: dict[str, Any]) -> list[dict[str
                 "restartPolicy": "Always", "command": ["trtwarm-sidecar"],
                 "args": [f"--cache-dir={cache}", f"--handoff-dir={handoff}", "--port=9400"],
                 "env": copy.deepcopy(POD_ENV), "ports": [{"name": "trtwarm-metrics", "containerPort": 9400}],
-                # Ready once the init handed the engine over: a file check the kubelet runs, which a restart of
-                # the exporter's process does not reset (the chart's exporter probes, issue 28 F4)
-                "readinessProbe": {"exec": {"command": ["test", "-s", f"{handoff}/engine"]}, "periodSeconds": 5},
+                # Ready once the init handed the engine over: the hand-off's link, checked by the kubelet without
+                # following it into the cache volume; a restart of the exporter does not reset it (issue 28 F4)
+                "readinessProbe": {"exec": {"command": ["test", "-L", f"{handoff}/engine"]}, "periodSeconds": 5},
                 "livenessProbe": {"httpGet": {"path": "/healthz", "port": "trtwarm-metrics"}, "periodSeconds": 10,
                                   "timeoutSeconds": 5, "failureThreshold": 6},
                 "resources": {"requests": {"cpu": "10m", "memory": "48Mi"}, "limits": {"memory": "128Mi"}},

@@ -310,12 +310,14 @@ too: containers of one Pod may share a claim, so the engine is built on the devi
     - name: trtwarm-metrics
       containerPort: {{ .Values.exporter.port }}
       protocol: TCP
-  {{- /* Ready once trtwarm init handed the engine over: a file the kubelet checks itself, so a restart of the
-  exporter's process (which forgets what it saw) does not make the Pod NotReady. The engine link resolves through
-  the cache mount; under `--handoff copy` it is a file in the hand-off. */}}
+  {{- /* Ready once trtwarm init handed the engine over: a check the kubelet runs itself, so a restart of the
+  exporter's process (which forgets what it saw) does not make the Pod NotReady. It looks only at the hand-off
+  emptyDir (`-L`: the link, not followed), never at the cache volume: a stalled NFS server must not turn every
+  replica NotReady at once (the engine is open in the server already). Under `--handoff copy` the engine is a
+  file in the hand-off (`-s`). */}}
   readinessProbe:
     exec:
-      command: ["test", "-s", {{ printf "%s/engine" .Values.handoff.mountPath | quote }}]
+      command: ["test", {{ ternary "-s" "-L" (eq (include "trtwarm.handoffMode" .) "copy") | quote }}, {{ printf "%s/engine" .Values.handoff.mountPath | quote }}]
     periodSeconds: {{ .Values.exporter.readinessProbe.periodSeconds }}
     timeoutSeconds: {{ .Values.exporter.readinessProbe.timeoutSeconds }}
     failureThreshold: {{ .Values.exporter.readinessProbe.failureThreshold }}
