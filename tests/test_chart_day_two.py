@@ -395,3 +395,30 @@ def test_the_fast_validator_agrees_with_kubernetes_validate() -> None:
             with pytest.raises(kubernetes_validate.ValidationError):
                 kubernetes_validate.validate(bad, f"1.{minor}.0", strict=True)
             assert len(validate([bad], [minor])) == 1
+
+
+def test_prebuild_jobs_check_the_trust_policy_and_sign_with_the_key_while_serving_pods_stay_consumers() -> None:
+    """The pattern the README recommends (F6): serving Pods are key-less consumers; the prebuild Jobs, the one place
+    with the key, sign every entry they build and check what they find against the same policy."""
+    values = remote_values()
+    values["trust"] = {**yaml.safe_load((CHART / "ci" / "trust-values.yaml").read_text())["trust"],
+                       "signingKey": {"existingSecret": "trtwarm-signing-key"}}
+    objs = objects(render(values))
+    assert validate(objs, [29, 37]) == []
+    init = container(pod_spec(objs), "trtwarm-init")
+    assert "--read-only" in init["args"] and not [a for a in init["args"] if a.startswith("--signing-key")]
+    for job in (o for o in objs if o["kind"] == "Job"):
+        spec = job["spec"]["template"]["spec"]
+        [main] = spec["containers"]
+        env = {e["name"]: e.get("value") for e in main["env"]}
+        assert env["TRTWARM_TRUST_MODE"] == "enforce" and env["TRTWARM_SIGNING_KEY"].endswith("/signing.key")
+        mounts = {m["mountPath"]: m for m in main["volumeMounts"]}
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        key_dir = env["TRTWARM_SIGNING_KEY"].rsplit("/", 1)[0]
+        policy_dir = env["TRTWARM_TRUST_POLICY"].rsplit("/", 1)[0]
+        assert mounts[key_dir]["readOnly"] and volumes[mounts[key_dir]["name"]]["secret"]["secretName"] == \
+            "trtwarm-signing-key"
+        assert volumes[mounts[policy_dir]["name"]]["configMap"]["name"] == "rel-trtwarm-trust"
+    values["trust"].pop("signingKey")
+    with pytest.raises(helm.HelmError, match="remote.prebuild.enabled with trust.mode=enforce needs"):
+        render(values)

@@ -629,6 +629,14 @@ containers:
     command: ["trtwarm", "prebuild", "--matrix=/etc/trtwarm/matrix.json"]
     env:
       {{- $base := concat (include "trtwarm.podEnv" $ | fromYamlArray) (list (dict "name" "TRTWARM_LOG_FORMAT" "value" (toString $.Values.init.logFormat))) }}
+      {{- /* every row checks entries against the release's trust policy and signs what it builds (the rows' own
+      flags come from the matrix; these are their defaults) */}}
+      {{- if include "trtwarm.trustEnabled" $ }}
+      {{- $base = concat $base (list (dict "name" "TRTWARM_TRUST_POLICY" "value" "/etc/trtwarm/trust/policy.json") (dict "name" "TRTWARM_TRUST_MODE" "value" (toString $.Values.trust.mode))) }}
+      {{- end }}
+      {{- if $.Values.trust.signingKey.existingSecret }}
+      {{- $base = append $base (dict "name" "TRTWARM_SIGNING_KEY" "value" (printf "/etc/trtwarm/signing/%s" $.Values.trust.signingKey.key)) }}
+      {{- end }}
       {{- include "trtwarm.env" (dict "base" (concat $base (include "trtwarm.remoteEnv" $ | fromYamlArray)) "extra" ($.Values.init.env | default list)) | nindent 6 }}
     {{- include "trtwarm.remoteEnvFrom" $ | nindent 4 }}
     resources:
@@ -647,10 +655,31 @@ containers:
         mountPath: {{ $.Values.engine.model.mountPath | quote }}
         readOnly: true
       {{- end }}
+      {{- if include "trtwarm.trustEnabled" $ }}
+      - name: trtwarm-trust
+        mountPath: /etc/trtwarm/trust
+        readOnly: true
+      {{- end }}
+      {{- if $.Values.trust.signingKey.existingSecret }}
+      - name: trtwarm-signing
+        mountPath: /etc/trtwarm/signing
+        readOnly: true
+      {{- end }}
 volumes:
   - name: matrix
     configMap:
       name: {{ .config }}
+  {{- if include "trtwarm.trustEnabled" $ }}
+  - name: trtwarm-trust
+    configMap:
+      name: {{ include "trtwarm.trustConfigMap" $ | quote }}
+  {{- end }}
+  {{- if $.Values.trust.signingKey.existingSecret }}
+  - name: trtwarm-signing
+    secret:
+      secretName: {{ $.Values.trust.signingKey.existingSecret | quote }}
+      defaultMode: 0440
+  {{- end }}
   - name: tmp
     emptyDir: {}
   {{- with $.Values.engine.model.volume }}
@@ -757,6 +786,9 @@ the workload (templates/validate.yaml). */}}
 {{- end }}
 {{- with $v.engine.stamps.hostPath }}
 {{- include "trtwarm.checkHostPath" (dict "path" . "what" "engine.stamps.hostPath") }}
+{{- end }}
+{{- if and $v.remote.prebuild.enabled (eq $v.trust.mode "enforce") (not $v.trust.signingKey.existingSecret) }}
+{{- fail "remote.prebuild.enabled with trust.mode=enforce needs trust.signingKey.existingSecret: the prebuild Jobs sign what they build, and unsigned entries would be refused by every consumer" }}
 {{- end }}
 {{- $names := list $v.workload.container.name "trtwarm-init" }}
 {{- if $v.exporter.enabled }}{{ $names = append $names "trtwarm-exporter" }}{{ end }}
