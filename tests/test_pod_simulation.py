@@ -371,3 +371,40 @@ def test_a_gc_cronjob_that_finds_another_collector_at_work_succeeds(tmp_path: Pa
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "another gc holds the volume lock; skipping this run" in proc.stdout
     assert len(list((cache / "entries").iterdir())) == 1  # the other collector's job
+
+
+@pytest.mark.mount
+def test_helm_test_passes_on_a_read_only_cache_and_fails_on_an_unsigned_entry_under_trust(tmp_path: Path) -> None:
+    """Issue 28 F14: the rendered `helm test` Pod mounts the cache read-only (here: a tmpfs remounted read-only) and,
+    under a trust policy, fails on an entry no trusted key signed."""
+    cache = tmp_path / "volumes" / "cache"
+    cache.mkdir(parents=True)
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(cache)], check=True,
+                       capture_output=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"cannot mount tmpfs here (needs root / CAP_SYS_ADMIN): {exc}")
+    try:
+        make_model(tmp_path / "m.onnx")
+        assert run_trtwarm(*cmd_init_args(tmp_path / "m.onnx", cache, tmp_path / "h")).returncode == 0
+        subprocess.run(["mount", "-o", "remount,ro", str(cache)], check=True, capture_output=True)
+        keys = tmp_path / "keys"
+        keys.mkdir()
+        assert run_trtwarm("keys", "generate", "--out", str(keys / "ci")).returncode == 0
+        trust = {"mode": "warn", "keys": [{"name": "ci", "public_key_file": "ci.pub"}],
+                 "publicKeys": {"ci.pub": (keys / "ci.pub").read_text()}}
+        for values, ok in (({}, True), ({"trust": trust}, False)):
+            objs = objects(render({**VALUES, **values}))
+            spec = _job_pod(objs, "Pod")
+            verify = container(spec, "verify")
+            assert {m["name"]: m.get("readOnly") for m in verify["volumeMounts"]}["trtwarm-cache"] is True
+            pod = SimulatedPod(spec, f"test-{ok}", tmp_path / "pods", {"trtwarm-cache": cache})
+            for config in (o for o in objs if o["kind"] == "ConfigMap"):  # what the kubelet projects
+                for name, text in config["data"].items():
+                    (pod.volumes["trtwarm-trust"] / name).write_text(text)
+            proc = _run_rendered(pod, verify, tmp_path / f"bin-{ok}")
+            assert (proc.returncode == 0) is ok, proc.stdout + proc.stderr
+            if not ok:
+                assert "untrusted" in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
+    finally:
+        subprocess.run(["umount", "-l", str(cache)], check=False, capture_output=True)
