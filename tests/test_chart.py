@@ -67,7 +67,7 @@ def test_every_configuration_is_wired(path: Path | None) -> None:
 def test_defaults_are_safe_and_optional_features_off() -> None:
     objs = objects(render({}))
     kinds = sorted(o["kind"] for o in objs)
-    assert kinds == ["Deployment", "PersistentVolumeClaim", "Pod"]  # the Pod is the `helm test` hook
+    assert kinds == ["Deployment", "PersistentVolumeClaim", "Pod", "Service"]  # the Pod is the `helm test` hook
     dep = workload(objs)
     assert dep["spec"]["progressDeadlineSeconds"] > 600
     spec = pod_spec(objs)
@@ -181,7 +181,7 @@ def test_a_parent_chart_can_include_the_named_templates(tmp_path: Path) -> None:
     (parent / "templates").mkdir(parents=True)
     shutil.copytree(CHART, parent / "charts" / "trtwarm")
     (parent / "Chart.yaml").write_text("apiVersion: v2\nname: mychart\nversion: 1.0.0\n"
-                                       "dependencies:\n  - name: trtwarm\n    version: 0.1.0\n")
+                                       "dependencies:\n  - name: trtwarm\n    version: 0.2.0\n")
     (parent / "values.yaml").write_text("trtwarm:\n  workload: {enabled: false}\n"
                                         "  engine: {model: {path: /models/src/m.onnx}}\n")
     readme = (CHART / "README.md").read_text()

@@ -78,7 +78,12 @@ def _third_party(name: str, containers: list[dict], inits: list[dict] | None = N
 
 
 def _post_render(docs: list[dict], env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(POST_RENDERER / "post-render.py"), *args], input=yaml.safe_dump_all(docs),
+    return _post_render_text(yaml.safe_dump_all(docs), env, *args)
+
+
+def _post_render_text(text: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the post-renderer as Helm does (this interpreter: it has ruamel.yaml, as `pip install` gives the user)."""
+    return subprocess.run([sys.executable, str(POST_RENDERER / "post-render.py"), *args], input=text,
                           capture_output=True, text=True, env=env_for(env), check=False)
 
 
@@ -261,3 +266,185 @@ def test_the_prebuild_job_signs_with_a_key_from_its_secret_and_checks_the_policy
     assert (builder["signingKey"]["existingSecret"], builder["existingConfigMap"]) == ("trtwarm-signing-key",
                                                                                          "trtwarm-trust-policy")
     assert "trtwarm-signing-key" in (DEPLOY / "README.md").read_text()
+
+
+# --- the post-renderer, issue 28 F1/F9/F10: byte-identical pass-through, idempotent, never over a wired Pod -------
+
+TRICKY_DOCS = '''---
+# Source: web/templates/config.yaml
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: web-config
+  labels: {enabled: "y", "n": "n", version: "1.10"}
+  annotations:
+    limit:   "1e3"    # spacing and comments kept
+data:
+  "on": "off"
+  mode: '0o17'
+  script: |
+    ---
+    not a separator: it is indented
+---
+# Source: web/templates/deployment.yaml
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  labels: {tier: "0x1F"}
+spec:
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web, canary: "no"}
+    spec:
+      containers:
+        - name: server
+          image: example/server:1
+          args: ["--model-repository=/models", "--verbose", "1e3", "y"]
+          env:
+            - {name: FLAG, value: "yes"}
+            - {name: MODE, value: "0o17"}
+          resources:
+            limits: {nvidia.com/gpu: "1"}
+          volumeMounts:
+            - {name: models, mountPath: /models}
+      volumes:
+        - {name: models, persistentVolumeClaim: {claimName: repo}}
+'''
+TRITON_ENV = {"TRTWARM_TARGET": "Deployment/web", "TRTWARM_CONTAINER": "server",
+              "TRTWARM_MODEL": "/models/src/m.onnx", "TRTWARM_ARGS": "--key-extra=flag=y --verify=load"}
+
+
+def test_the_post_renderer_passes_untargeted_documents_byte_for_byte_and_keeps_the_targets_strings() -> None:
+    proc = _post_render_text(TRICKY_DOCS, TRITON_ENV)
+    assert proc.returncode == 0, proc.stderr
+    config = TRICKY_DOCS.split("---\n# Source: web/templates/deployment.yaml")[0]
+    assert proc.stdout.startswith(config)  # not re-serialized: quotes, spacing, comments as they were
+    objs = [d for d in yaml.safe_load_all(proc.stdout) if d]  # PyYAML reads YAML 1.1, as the API server does
+    assert validate(objs, NATIVE) == []
+    assert objs[0]["data"] == {"on": "off", "mode": "0o17", "script": "---\nnot a separator: it is indented\n"}
+    spec = pod_spec(objs)
+    server = container(spec, "server")
+    assert server["args"] == ["--model-repository=/models", "--verbose", "1e3", "y"]
+    assert {e["name"]: e["value"] for e in server["env"]} == {"FLAG": "yes", "MODE": "0o17",
+                                                              "TRTWARM_ENGINE": "/trtwarm/engine"}
+    assert pod_spec(objs) and objs[1]["metadata"]["labels"] == {"tier": "0x1F"}
+    assert spec["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert "--key-extra=flag=y" in container(spec, "trtwarm-init")["args"]
+    assert_wired(spec, "server")
+
+
+def test_the_post_renderer_keeps_the_cache_out_of_the_model_repository() -> None:
+    """Triton's chart serves /models: a cache mounted inside it would be read as a model (F10)."""
+    proc = _post_render_text(TRICKY_DOCS, TRITON_ENV)
+    spec = pod_spec([d for d in yaml.safe_load_all(proc.stdout) if d])
+    init = container(spec, "trtwarm-init")
+    for path in (flag(init, "cache-dir"), flag(init, "handoff-dir")):
+        assert not path.startswith("/models/") and path != "/models"
+    for bad in ("--cache-dir=/models/cache", "--handoff-dir=/models", "--cache-dir=/"):
+        proc = _post_render_text(TRICKY_DOCS, TRITON_ENV, bad)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert bad.split("=")[0] in proc.stderr
+
+
+def test_the_post_renderer_is_idempotent_and_never_rewires_a_wired_pod() -> None:
+    once = _post_render_text(TRICKY_DOCS, TRITON_ENV)
+    twice = _post_render_text(once.stdout, TRITON_ENV)
+    assert twice.returncode == 0 and twice.stdout == once.stdout
+    assert "already runs trtwarm-init: left as it is" in twice.stderr
+    # trtwarm's own chart, wired with trust flags and --read-only: targeted by mistake, it stays as it was (F9)
+    rendered = render(yaml.safe_load((CHART / "ci" / "trust-values.yaml").read_text()))
+    text = "".join(f"---\n# Source: {path}\n{body}" for path, body in rendered.items()
+                   if not path.endswith("NOTES.txt"))
+    proc = _post_render_text(text, {"TRTWARM_TARGET": "rel-trtwarm", "TRTWARM_CONTAINER": "inference",
+                                    "TRTWARM_MODEL": "/m.onnx"})
+    assert proc.returncode == 0 and proc.stdout == text, proc.stderr
+
+
+def test_the_post_renderer_refuses_input_that_is_not_yaml() -> None:
+    proc = _post_render_text("---\nkind: [unclosed\n", TRITON_ENV)
+    assert proc.returncode == 2 and "not YAML" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _post_renderer_module():  # noqa: ANN202
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("trtwarm_post_render", POST_RENDERER / "post-render.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_any_string_in_an_untargeted_document_passes_through_unchanged() -> None:
+    """Hypothesis: whatever a chart writes into a document the post-renderer does not target (quoted the way
+    PyYAML or Helm's toYaml quotes it), the output holds exactly those bytes."""
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+    module = _post_renderer_module()
+    ns = module.parse([], {"TRTWARM_TARGET": "web", "TRTWARM_CONTAINER": "server", "TRTWARM_MODEL": "/m.onnx"})
+    target = yaml.safe_dump(_third_party("web", [{"name": "server", "image": "example/server:1"}]))
+
+    @hypothesis.settings(max_examples=150, deadline=None, database=None)
+    @hypothesis.given(st.dictionaries(st.text(min_size=1, max_size=8), st.text(max_size=20), max_size=5),
+                      st.sampled_from(["'", '"', None]))
+    def check(data: dict[str, str], style: str | None) -> None:
+        doc = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": data}
+        text = "---\n" + yaml.safe_dump(doc, default_style=style) + "---\n" + target
+        out, _notes = module.render(text, ns)
+        assert out.startswith("---\n" + yaml.safe_dump(doc, default_style=style))
+        assert list(yaml.safe_load_all(out))[0] == doc
+
+    check()
+
+
+EDGE_TARGET = '''apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  labels: &labels
+    a: 0o17
+    b: 017
+    c: 1_000
+    d: 0x1F
+    e: 1e3
+    g: yes
+    h: ~
+    i: 2001-12-14
+    j: 1:20
+    n: 'single'
+spec:
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels:
+        <<: *labels
+        app: web
+    spec:
+      containers:
+        - name: server
+          image: x
+          args: [0o17, 1e3, yes, 12:30:00]
+'''
+
+
+def test_a_targets_own_plain_scalars_mean_to_the_api_server_what_they_meant_before() -> None:
+    """YAML 1.1 readers (the API server's) and ruamel.yaml (1.2) differ on `0o17`, `017`, `yes`, sexagesimals...:
+    the round trip keeps each as written, so the target's untouched fields keep their meaning; anchors survive."""
+    proc = _post_render_text(EDGE_TARGET, {}, "--target=web", "--container=server", "--model=/m.onnx")
+    assert proc.returncode == 0, proc.stderr
+    before, after = yaml.safe_load(EDGE_TARGET), yaml.safe_load(proc.stdout)
+    assert after["metadata"] == before["metadata"]
+    assert after["spec"]["template"]["metadata"] == before["spec"]["template"]["metadata"]
+    assert container(pod_spec([after]), "server")["args"] == ["0o17", "1e3", True, 45000]
+    assert "&labels" in proc.stdout and "<<: *labels" in proc.stdout
+    config = "---\r\napiVersion: v1\r\nkind: ConfigMap\r\nmetadata: {name: c}\r\ndata: {a: \"y\"}\r\n"
+    raw = subprocess.run([sys.executable, str(POST_RENDERER / "post-render.py"), "--target=web", "--container=server",
+                          "--model=/m.onnx"], input=(config + "---\r\n" + EDGE_TARGET).encode(), capture_output=True,
+                         env=env_for({}), check=False)
+    assert raw.returncode == 0 and raw.stdout.startswith(config.encode()), raw.stderr  # Windows line ends too
+    bad = subprocess.run([sys.executable, str(POST_RENDERER / "post-render.py"), "--target=web", "--container=server",
+                          "--model=/m.onnx"], input=b"kind: \xff\n", capture_output=True, env=env_for({}), check=False)
+    assert bad.returncode == 2 and b"not UTF-8" in bad.stderr and b"Traceback" not in bad.stderr

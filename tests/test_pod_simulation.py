@@ -107,12 +107,17 @@ class SimulatedPod:
             done.append(proc)
         return done
 
-    def probe(self, name: str) -> int:
-        """The rendered readiness probe of container *name*, against its simulated port."""
+    def probe(self, name: str, kind: str = "readinessProbe") -> int:
+        """The rendered probe of container *name* as the kubelet runs it: an HTTP GET against its simulated port
+        (its status code), or a command with the container's paths mapped (200 when it exits 0, else 503)."""
         c = container(self.spec, name)
+        probe = c[kind]
+        if "exec" in probe:
+            argv = [self.host_path(c, a) if a.startswith("/") else a for a in probe["exec"]["command"]]
+            return 200 if subprocess.run(argv, check=False).returncode == 0 else 503
         proc, port = self.sidecars[name]
         assert proc.poll() is None
-        return get(f"http://127.0.0.1:{port}{c['readinessProbe']['httpGet']['path']}")[0]
+        return get(f"http://127.0.0.1:{port}{probe['httpGet']['path']}")[0]
 
     def metrics(self, name: str = "trtwarm-exporter") -> str:
         return get(f"http://127.0.0.1:{self.sidecars[name][1]}/metrics")[1]
@@ -196,6 +201,35 @@ def _catching(fn, errors: list[BaseException]):  # noqa: ANN001, ANN202
             errors.append(exc)
 
     return run
+
+
+def test_readiness_survives_a_restart_of_the_exporter_and_liveness_watches_it(tmp_path: Path) -> None:
+    """Issue 28 F4: the Pod is Ready once the init handed the engine over, by a check the kubelet runs on the
+    hand-off; a restarted exporter (its memory of the hand-off gone) does not make it NotReady."""
+    spec = pod_spec(objects(render(VALUES)))
+    models = tmp_path / "volumes" / "models"
+    make_model(models / "mlp.onnx")
+    pod = SimulatedPod(spec, "server-0", tmp_path / "pods", {"trtwarm-model": models})
+    exporter = container(spec, "trtwarm-exporter")
+    try:
+        pod.start_sidecar(exporter)
+        assert pod.probe("trtwarm-exporter") == 503 and pod.probe("trtwarm-exporter", "livenessProbe") == 200
+        pod.run_inits()
+        assert pod.probe("trtwarm-exporter") == 200
+        proc, _port = pod.sidecars.pop("trtwarm-exporter")
+        proc.kill()  # the kubelet restarts a crashed native sidecar
+        proc.communicate()
+        pod.start_sidecar(exporter)
+        assert pod.probe("trtwarm-exporter") == 200 and pod.probe("trtwarm-exporter", "livenessProbe") == 200
+        run_server_container(pod)
+        cache = pod.volumes["trtwarm-cache"]
+        cache.rename(cache.with_name("cache-gone"))  # the cache volume unreachable: the probe never looks there
+        try:
+            assert pod.probe("trtwarm-exporter") == 200
+        finally:
+            cache.with_name("cache-gone").rename(cache)
+    finally:
+        assert pod.stop() == [0]
 
 
 def test_the_legacy_exporter_runs_beside_the_server_and_gates_readiness(tmp_path: Path) -> None:
@@ -337,3 +371,40 @@ def test_a_gc_cronjob_that_finds_another_collector_at_work_succeeds(tmp_path: Pa
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "another gc holds the volume lock; skipping this run" in proc.stdout
     assert len(list((cache / "entries").iterdir())) == 1  # the other collector's job
+
+
+@pytest.mark.mount
+def test_helm_test_passes_on_a_read_only_cache_and_fails_on_an_unsigned_entry_under_trust(tmp_path: Path) -> None:
+    """Issue 28 F14: the rendered `helm test` Pod mounts the cache read-only (here: a tmpfs remounted read-only) and,
+    under a trust policy, fails on an entry no trusted key signed."""
+    cache = tmp_path / "volumes" / "cache"
+    cache.mkdir(parents=True)
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(cache)], check=True,
+                       capture_output=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"cannot mount tmpfs here (needs root / CAP_SYS_ADMIN): {exc}")
+    try:
+        make_model(tmp_path / "m.onnx")
+        assert run_trtwarm(*cmd_init_args(tmp_path / "m.onnx", cache, tmp_path / "h")).returncode == 0
+        subprocess.run(["mount", "-o", "remount,ro", str(cache)], check=True, capture_output=True)
+        keys = tmp_path / "keys"
+        keys.mkdir()
+        assert run_trtwarm("keys", "generate", "--out", str(keys / "ci")).returncode == 0
+        trust = {"mode": "warn", "keys": [{"name": "ci", "public_key_file": "ci.pub"}],
+                 "publicKeys": {"ci.pub": (keys / "ci.pub").read_text()}}
+        for values, ok in (({}, True), ({"trust": trust}, False)):
+            objs = objects(render({**VALUES, **values}))
+            spec = _job_pod(objs, "Pod")
+            verify = container(spec, "verify")
+            assert {m["name"]: m.get("readOnly") for m in verify["volumeMounts"]}["trtwarm-cache"] is True
+            pod = SimulatedPod(spec, f"test-{ok}", tmp_path / "pods", {"trtwarm-cache": cache})
+            for config in (o for o in objs if o["kind"] == "ConfigMap"):  # what the kubelet projects
+                for name, text in config["data"].items():
+                    (pod.volumes["trtwarm-trust"] / name).write_text(text)
+            proc = _run_rendered(pod, verify, tmp_path / f"bin-{ok}")
+            assert (proc.returncode == 0) is ok, proc.stdout + proc.stderr
+            if not ok:
+                assert "untrusted" in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
+    finally:
+        subprocess.run(["umount", "-l", str(cache)], check=False, capture_output=True)

@@ -42,12 +42,16 @@
 {{- if include "trtwarm.trustEnabled" . }}
 - name: trtwarm-trust
   configMap:
-    name: {{ .Values.trust.existingConfigMap | default (printf "%s-trust" (include "trtwarm.fullname" .)) }}
+    name: {{ include "trtwarm.trustConfigMap" . }}
 {{- end }}
 {{- if include "trtwarm.trustSigns" . }}
 - name: trtwarm-signing
   secret:
-    secretName: {{ .Values.trust.signingKey.existingSecret }}
+    secretName: {{ .Values.trust.signingKey.existingSecret | quote }}
     defaultMode: 0440  # owner and the fsGroup (the init runs as a non-root uid)
 {{- end }}
+{{- end }}
+
+{{- define "trtwarm.trustConfigMap" -}}
+{{- .Values.trust.existingConfigMap | default (include "trtwarm.nameWithSuffix" (dict "ctx" . "suffix" "trust" "max" 63)) }}
 {{- end }}
