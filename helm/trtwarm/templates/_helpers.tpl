@@ -190,6 +190,7 @@ value stay part of the argument). */}}
 {{- $a = append $a (printf "--progress-interval=%v" $e.progressInterval) -}}
 {{- if eq (include "trtwarm.handoffMode" .) "copy" }}{{ $a = append $a "--handoff=copy" }}{{ end -}}
 {{- if or $e.readOnly (and .Values.remote.url .Values.remote.pullOnly) }}{{ $a = append $a "--read-only" }}{{ end -}}
+{{- with .Values.engines.image.reference }}{{ $a = append $a (printf "--seed-cache=%s/cache" $.Values.engines.image.mountPath) }}{{ end -}}
 {{- if $e.triton.enabled -}}
 {{- $a = append $a (printf "--triton-repo=%v/triton" .Values.handoff.mountPath) -}}
 {{- $a = append $a (printf "--triton-model=%v" $e.triton.model) -}}
@@ -268,6 +269,11 @@ too: containers of one Pod may share a claim, so the engine is built on the devi
     {{- end }}
     - name: trtwarm-tmp
       mountPath: /tmp
+    {{- if .Values.engines.image.reference }}
+    - name: trtwarm-engines
+      mountPath: {{ .Values.engines.image.mountPath | quote }}
+      readOnly: true
+    {{- end }}
     {{- if .Values.engine.model.volume }}
     - name: trtwarm-model
       mountPath: {{ .Values.engine.model.mountPath | quote }}
@@ -488,6 +494,7 @@ initContainers:
   {{- with .Values.workload.extraInitContainers }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
+  {{- include "trtwarm.enginesCopyContainers" . | nindent 2 }}
   {{- include "trtwarm.initContainer" . | nindent 2 }}
 containers:
   {{- include "trtwarm.mainContainer" . | nindent 2 }}
@@ -505,6 +512,7 @@ volumes:
       sizeLimit: {{ include "trtwarm.handoffSizeLimit" . | quote }}
   - name: trtwarm-tmp
     emptyDir: {}
+  {{- include "trtwarm.enginesVolumes" . | nindent 2 }}
   {{- with .Values.engine.stamps.hostPath }}
   - name: trtwarm-stamps
     hostPath:

@@ -1,0 +1,118 @@
+"""Issue 30 in the chart: an engine image as a read-only seed tier (an image volume, or copied by its own init
+container where image volumes are missing), and the node pre-warm DaemonSet; rendered by Helm's engine and checked
+as the objects the API server would get."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from k8s import CHART, container, flag, mounts, objects, pod_spec, render, validate
+
+helm = pytest.importorskip("helm_python", reason="helm-python-sdk is not installed (pip install '.[test]')")
+IMAGE = "registry.example/ml/engines:2026.12"
+PREWARM = {"cache": {"type": "hostPath", "hostPath": {"type": "Directory"}},
+           "remote": {"url": "oci://registry.example/ml/engines", "tensorrtVersion": "10.16.1.11+cu12"},
+           "engine": {"model": {"volume": {"persistentVolumeClaim": {"claimName": "models"}}}},
+           "prewarm": {"enabled": True, "matrix": {"models": [{"model": "resnet50.onnx"}], "precision": ["fp16"]}}}
+
+
+def _objects(values: dict) -> list[dict]:
+    return objects(render(values))
+
+
+def _daemonset(objs: list[dict]) -> dict:
+    (ds,) = [o for o in objs if o["kind"] == "DaemonSet"]
+    return ds
+
+
+def test_an_engine_image_is_an_image_volume_the_init_reads_as_a_seed_tier() -> None:
+    objs = _objects({"engines": {"image": {"reference": IMAGE, "pullPolicy": "Always"}}})
+    assert validate(objs, [35, 36, 37]) == []  # image volumes: on by default from 1.35
+    spec = pod_spec(objs)
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "trtwarm-engines"]
+    assert volume["image"] == {"reference": IMAGE, "pullPolicy": "Always"}
+    init = container(spec, "trtwarm-init")
+    assert flag(init, "seed-cache") == "/trtwarm-engines/cache"  # the image's layer holds cache/VERSION
+    (mount,) = [m for m in init["volumeMounts"] if m["name"] == "trtwarm-engines"]
+    assert mount == {"name": "trtwarm-engines", "mountPath": "/trtwarm-engines", "readOnly": True}
+    assert "trtwarm-engines" not in mounts(container(spec, "trtwarm-exporter"))  # only the init reads it
+    assert flag(container(spec, "trtwarm-init"), "seed-cache") is not None
+    assert "--seed-cache" not in str(_objects({}))  # off by default
+
+
+def test_without_image_volumes_the_engine_image_copies_its_tree_into_an_empty_dir_first() -> None:
+    objs = _objects({"engines": {"image": {"reference": IMAGE, "mode": "copy"}}})
+    assert validate(objs, [29, 33, 37]) == []  # no image volume: valid on every supported version
+    spec = pod_spec(objs)
+    names = [c["name"] for c in spec["initContainers"]]
+    assert names.index("trtwarm-engines-tools") < names.index("trtwarm-engines-copy") < names.index("trtwarm-init")
+    copier = container(spec, "trtwarm-engines-copy")
+    assert copier["image"] == IMAGE  # the engine image itself, run with the static cp the tools container left
+    assert copier["command"] == ["/trtwarm-tools/busybox", "cp", "-R", "/cache", "/trtwarm-engines/"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert "emptyDir" in volumes["trtwarm-engines"] and "image" not in volumes["trtwarm-engines"]
+    assert flag(container(spec, "trtwarm-init"), "seed-cache") == "/trtwarm-engines/cache"
+
+
+def test_engine_image_values_that_cannot_work_are_refused_at_render_time(capfd: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(helm.errors.HelmError, match="engines.image.mountPath must differ"):
+        render({"engines": {"image": {"reference": IMAGE, "mountPath": "/models/cache"}}})
+    # the SDK renders for one fixed Kubernetes version; lint takes another and logs a template's `fail` on stderr
+    helm.lint(str(CHART), {"engines": {"image": {"reference": IMAGE}}}, kube_version="v1.30.0")
+    assert "engines.image.mode=volume needs image volumes" in capfd.readouterr().err
+    copying = helm.lint(str(CHART), {"engines": {"image": {"reference": IMAGE, "mode": "copy"}}},
+                        kube_version="v1.30.0")
+    assert copying["errors"] == [] and "needs image volumes" not in capfd.readouterr().err
+    with pytest.raises(helm.errors.HelmError, match="mode"):
+        render({"engines": {"image": {"reference": IMAGE, "mode": "mount"}}})
+
+
+def test_prewarm_runs_on_every_gpu_node_without_holding_a_gpu_and_exports_what_the_node_holds() -> None:
+    objs = _objects(PREWARM)
+    assert validate(objs, [29, 33, 37]) == []
+    ds = _daemonset(objs)
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    pull = container(spec, "trtwarm-prewarm")
+    assert pull["command"][:3] == ["trtwarm", "prewarm", "--matrix=/etc/trtwarm/matrix/matrix.json"]
+    assert "--cache-dir=/models/cache" in pull["command"]
+    env = {e["name"]: e.get("value") for e in pull["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and env["TRTWARM_TENSORRT_VERSION"] == "10.16.1.11+cu12"
+    assert env["TRTWARM_REMOTE"] == "oci://registry.example/ml/engines"
+    assert not any(k.startswith("nvidia.com/") for part in pull["resources"].values() for k in part)
+    assert mounts(pull)["trtwarm-model"] == "/models/src"  # the key needs the model's bytes
+    (cache,) = [v for v in spec["volumes"] if v["name"] == "trtwarm-cache"]
+    assert cache["hostPath"]["path"] == "/var/lib/trtwarm/cache"
+    exporter = container(spec, "trtwarm-exporter")
+    assert exporter["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    # its Pods are never the workload's: the Deployment, Services, PodMonitor and PDB select other labels
+    (deploy,) = [o for o in objs if o["kind"] == "Deployment"]
+    selector = deploy["spec"]["selector"]["matchLabels"]
+    labels = ds["spec"]["template"]["metadata"]["labels"]
+    assert not all(labels.get(k) == v for k, v in selector.items())
+    (config,) = [o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("prewarm")]
+    assert '"base":"/models/src"' in config["data"]["matrix.json"]
+
+
+def test_a_changed_prewarm_list_rolls_the_daemonset() -> None:
+    before = _daemonset(_objects(PREWARM))["spec"]["template"]["metadata"]["annotations"]["checksum/matrix"]
+    changed = copy.deepcopy(PREWARM)
+    changed["prewarm"]["matrix"]["precision"] = ["fp16", "int8"]
+    after = _daemonset(_objects(changed))["spec"]["template"]["metadata"]["annotations"]["checksum/matrix"]
+    assert before != after
+    assert _daemonset(_objects(PREWARM))["spec"]["template"]["metadata"]["annotations"]["checksum/matrix"] == before
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"cache": {"type": "pvc"}}, "prewarm.enabled needs cache.type=hostPath"),
+    ({"remote": {"url": ""}}, "prewarm.enabled needs remote.url"),
+    ({"prewarm": {"matrix": {}}}, "prewarm.enabled needs prewarm.matrix"),
+])
+def test_a_prewarm_that_could_not_work_is_refused_naming_the_value(change: dict, message: str) -> None:
+    values = copy.deepcopy(PREWARM)
+    for section, patch in change.items():
+        values[section] = {**values[section], **patch}
+    with pytest.raises(helm.errors.HelmError, match=message):
+        render(values)
