@@ -78,7 +78,7 @@ def add_run_flags(init: argparse.ArgumentParser) -> None:
 
 def add_trust_flags(p: argparse.ArgumentParser) -> None:
     """``--trust-policy`` and ``--trust-mode`` (``init`` and ``verify``)."""
-    p.add_argument("--trust-policy", help="JSON file: trusted signing keys and their scopes (see README, Trust)")
+    p.add_argument("--trust-policy", help="JSON file: trusted signing keys and their scopes (see docs/trust.md)")
     p.add_argument("--trust-mode", choices=["enforce", "warn", "off"],
                    help="override the policy's mode (default: the policy's, else off)")
 
