@@ -143,10 +143,9 @@ def render_commands(parser: argparse.ArgumentParser) -> str:
 
 def short_meaning(meaning: str) -> str:
     """The README's short form of an exit code's meaning: its first clause, without parentheses."""
-    first = meaning.split("; ", 1)[0]
-    while re.search(r"\([^()]*\)", first):
-        first = re.sub(r"\s*\([^()]*\)", "", first)
-    return first
+    while re.search(r"\([^()]*\)", meaning):
+        meaning = re.sub(r"\s*\([^()]*\)", "", meaning)
+    return meaning.split("; ", 1)[0]
 
 
 def render_exit_codes(short: bool = False) -> str:

@@ -228,13 +228,14 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
 
 
 def _prepare(settings: Settings) -> None:
-    """Before the key: refuse a hand-off on the volume, set the last hand-off aside, and lay out a new volume (so
-    the first start already memoises the model's digests)."""
+    """Before the key: refuse a hand-off on the volume, set the last hand-off aside, check the hand-off directory is
+    writable, and lay out a new volume (so the first start already memoises the model's digests)."""
     if on_volume(settings.handoff_dir, settings.cache_dir):  # its `engine` link decides what the server loads
         raise HandoffOnVolume(f"the hand-off directory {settings.handoff_dir} is on the cache volume "
                               f"{settings.cache_dir}: a writer of the volume could point the server at any file",
                               hint="mount an emptyDir at --handoff-dir, shared with the inference container only")
     handoff.clear(settings.handoff_dir)
+    handoff.require_writable(settings.handoff_dir)  # before any build or pull (issue 27: found after it, it wasted it)
     if not settings.read_only and not Layout(settings.cache_dir).statcache.is_dir():
         with contextlib.suppress(VolumeError):  # surfaces again, with its reason, if a build turns out to be needed
             Layout(settings.cache_dir).ensure()
