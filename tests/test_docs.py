@@ -8,6 +8,8 @@ from the checkout, and commit the result.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -123,3 +125,42 @@ def test_the_link_check_sees_a_broken_link_and_a_broken_anchor(tmp_path: Path) -
                                    "[bad](#nowhere) [gone](b.md) `[code](c.md)`\n```\n[fenced](d.md)\n```\n")
     assert _links(tmp_path / "a.md") == ["#the-volume-layout-a-contract", "#nowhere", "b.md"]
     assert _anchors(tmp_path / "a.md") == {"top", "the-volume-layout-a-contract"}
+
+
+def _readme_k8s_quick_start() -> tuple[dict, list[str]]:
+    """The values of the README's Kubernetes quick start (its heredoc) and the command lines after it."""
+    import yaml
+
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"cat > quick-start-cpu\.yaml <<'YAML'\n(.*?)\nYAML\n(.*?)```", text, re.S)
+    assert block, "the README's Kubernetes quick start has no quick-start-cpu.yaml heredoc"
+    return yaml.safe_load(block[1]), [line.split("  #")[0].strip() for line in block[2].splitlines() if line.strip()]
+
+
+def test_the_readme_kubernetes_quick_start_renders_valid_restricted_pods_wired_as_its_commands_say(
+        tmp_path: Path) -> None:
+    from k8s import container, mounts, objects, pod_spec, render, validate, workload
+    from pss import restricted
+
+    values, commands = _readme_k8s_quick_start()
+    release = next(c for c in commands if c.startswith("helm install")).split()[2]
+    objs = objects(render(values, name=release))
+    assert validate(objs, [29, 37]) == []
+    spec = pod_spec(objs)
+    assert restricted(spec) == [], "the quick start must run in a namespace at the restricted level"
+    name = workload(objs)["metadata"]["name"]
+    for line in commands:  # every Pod and container the kubectl lines name exists in the rendered Pod
+        if line.startswith("kubectl"):
+            pod, cname = re.search(r"(\S+-\d+) -c (\S+)", line).groups()
+            assert pod.rsplit("-", 1)[0] == name and container(spec, cname)
+    maker, init = container(spec, "demo-model"), container(spec, "trtwarm-init")
+    names = [c["name"] for c in spec["initContainers"]]
+    assert names.index("demo-model") < names.index("trtwarm-init")
+    assert mounts(maker)["trtwarm-model"] == mounts(init)["trtwarm-model"]
+    assert values["engine"]["model"]["path"].startswith(mounts(init)["trtwarm-model"] + "/")
+    assert "/models/cache" in mounts(container(spec, "inference")).values()  # "serving /models/cache/entries/..."
+    assert "nvidia.com/gpu" not in str(init.get("resources")), "no GPU in the CPU quick start"
+    # the model maker's own command, run here against a local directory: it writes the model init reads
+    code = maker["command"][-1].replace(mounts(maker)["trtwarm-model"], str(tmp_path))
+    subprocess.run([sys.executable, "-c", code], check=True, env={"PYTHONPATH": str(ROOT)}, timeout=120)
+    assert (tmp_path / Path(values["engine"]["model"]["path"]).name).stat().st_size > 0
