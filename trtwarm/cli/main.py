@@ -272,7 +272,7 @@ def run(argv: Sequence[str] | None = None) -> NoReturn:
 
     After the commands in :data:`FAST_EXIT`, whose files, locks and threads are all closed by then, the process ends
     with :func:`os._exit` once logging and standard streams are flushed: tearing the interpreter down costs about
-    8 ms of CPU, which a storm of 64 Pods waking on 2 cores would spend one after another (README, Benchmarks).
+    8 ms of CPU, which a storm of 64 Pods waking on 2 cores would spend one after another (docs/benchmarks.md).
     """
     args = list(sys.argv[1:] if argv is None else argv)
     code = main(args)

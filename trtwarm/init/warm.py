@@ -222,7 +222,7 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
     if repeatable:
         hitrecord.remember(plan, entry, report, said)
     if result == "built" and plan.remote is not None and settings.remote_push == "best-effort":
-        plan.remote.push(entry)  # after the hand-off, which is durable first; see README "Choices made"
+        plan.remote.push(entry)  # after the hand-off, which is durable first; see docs/decisions.md
         _hand_off(settings, report, entry, plan.builder.name)  # again, with the push's bytes and seconds
     return report
 
