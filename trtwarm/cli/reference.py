@@ -189,6 +189,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block is stale")
     args.add_argument("--root", type=Path, default=ROOT, help="the checkout (default: %(default)s)")
     ns = args.parse_args(argv)
+    if not all((ns.root / rel).is_file() for rel in blocks(_parser())):
+        print(f"no docs/cli.md and README.md under {ns.root}: run this from a checkout, or pass --root",
+              file=sys.stderr)
+        return 2
     changed = stale(ns.root, _parser())
     for rel, text in changed.items():
         if ns.check:
