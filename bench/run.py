@@ -1,7 +1,7 @@
 """trtwarm benchmarks: ONE table, every row a ratio against a baseline measured beside it in the same run.
 
 ``python bench/run.py`` writes ``bench/RESULTS.md`` and replaces the table between the ``<!-- bench -->`` markers in
-README.md (``--quick``: smaller sizes, nothing written). Not timed tests: targets are reported, never asserted.
+docs/benchmarks.md (``--quick``: smaller sizes, nothing written). Not timed tests: targets are reported, never asserted.
 
 * hit: ``trtwarm init`` on a warm cache, 10 MiB, 1 GiB and 8 GiB engines (the large ones sparse, with a random
   first MiB: no multi-GiB download or write), under ``--verify digest`` (vs a Python read + SHA-256 of the same

@@ -457,7 +457,12 @@ def test_a_read_only_consumer_names_damage_it_cannot_move_and_hashes_it_once(ctx
     data = bytearray(engine.read_bytes())
     data[0] ^= 0xFF
     engine.write_bytes(bytes(data))
-    run = run_in(ctx, _ro(ctx, lambda c: c.init("--read-only", "--lock-timeout", "3s")))
+    pod_handoff = ctx.tmp / "pod-h"  # the Pod's own emptyDir, writable
+    run = run_in(ctx, _ro(ctx, lambda c: c.init("--read-only", "--lock-timeout", "3s", handoff=pod_handoff)))
     assert_clean(run, 6, "is damaged (engine SHA-256 does not match the manifest")
     assert run.stderr.count("failed verification") == 1, run.stderr  # hashed once, not every half second
     assert engine.parent.name in {p.name for p in (ctx.vol / "entries").iterdir()}  # nothing moved or lost
+    # with the hand-off on the read-only mount too, no start can succeed: refused at once, naming the hand-off
+    run = run_in(ctx, ctx.init("--read-only", "--lock-timeout", "3s"))
+    assert_clean(run, 6, f"cannot write the hand-off to {ctx.handoff}")
+    assert "failed verification" not in run.stderr

@@ -136,7 +136,8 @@ VOLUME_ERRNOS: dict[int, tuple[str, str]] = {
     errno.ESTALE: ("a stale file handle: the network volume changed under its mount", "remount the volume (restart "
                    "the Pod) and check the NFS server"),
     errno.ENAMETOOLONG: ("a file name is too long for this filesystem", "use a shorter --cache-dir or --name"),
-    errno.ENOLCK: ("the filesystem has no lock manager", "pass --lock-mode lease (see Locking in the README)"),
+    errno.ENOLCK: ("the filesystem has no lock manager", "pass --lock-mode lease (see Locking in "
+                   "docs/volume-layout.md)"),
 }
 
 EXIT_OK = 0
@@ -181,11 +182,11 @@ def is_volume_errno(exc: BaseException) -> TypeGuard[OSError]:
 
 
 def exit_table() -> list[tuple[int, str, str]]:
-    """Return ``(code, error class, default hint)`` rows, for ``--help`` and the README."""
+    """Return ``(code, error class, default hint)`` rows, for ``--help`` and docs/cli.md."""
     return sorted((code, cls.__name__, hint) for cls, (code, hint) in _EXITS.items())
 
 
-#: what each exit code means to the person reading it (``--help`` and the README's table print these)
+#: what each exit code means to the person reading it (``--help`` and docs/cli.md print these; the README a short form)
 EXIT_MEANINGS: dict[int, str] = {
     0: "ready (hit, built or waited); for other commands: done",
     2: "usage or configuration (bad flag, shape, unknown builder, missing TensorRT, no GPU visible, sidecar --port "

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import argparse
 
-from trtwarm.config import DEFAULT_CACHE_DIR, DEFAULT_HANDOFF_DIR
+from trtwarm.cli.defaults import CACHE_PRESET, HANDOFF_PRESET
 
 
 def add_init_flags(p: argparse.ArgumentParser) -> None:
     """The flags that make the key (``key`` takes them and :func:`add_run_flags`, so ``key --explain`` accepts a
     Pod's whole init command line)."""
     p.add_argument("--model", help="the ONNX file (external-data files beside it)")
-    p.add_argument("--cache-dir", default=str(DEFAULT_CACHE_DIR), help="the shared cache volume (%(default)s)")
+    p.add_argument("--cache-dir", default=CACHE_PRESET, help="the shared cache volume (%(default)s; outside "
+                   "Kubernetes, when this user cannot create it: ~/.cache/trtwarm/cache)")
     p.add_argument("--builder", default="tensorrt", help="tensorrt (default), onnxruntime or command")
     p.add_argument("--precision", help="fp32|fp16|bf16|int8|fp8|model (default depends on the builder; with "
                    "--builder tensorrt all but model are TensorRT 10.x only)")
@@ -52,7 +53,8 @@ def add_init_flags(p: argparse.ArgumentParser) -> None:
 
 def add_run_flags(init: argparse.ArgumentParser) -> None:
     """The flags of ``init`` that do not change the key: hand-off, locking, verification, Triton."""
-    init.add_argument("--handoff-dir", default=str(DEFAULT_HANDOFF_DIR), help="engine.json + engine link (%(default)s)")
+    init.add_argument("--handoff-dir", default=HANDOFF_PRESET, help="engine.json + engine link (%(default)s; outside "
+                      "Kubernetes, when this user cannot create it: ~/.cache/trtwarm/handoff)")
     init.add_argument("--lock-timeout", default="1h", help="longest wait for another builder (%(default)s)")
     init.add_argument("--lock-mode", default="auto", choices=["auto", "flock", "lease"],
                       help="how the build lock is held: flock, a heartbeat lease file (for filesystems without "
@@ -80,7 +82,7 @@ def add_run_flags(init: argparse.ArgumentParser) -> None:
 
 def add_trust_flags(p: argparse.ArgumentParser) -> None:
     """``--trust-policy`` and ``--trust-mode`` (``init`` and ``verify``)."""
-    p.add_argument("--trust-policy", help="JSON file: trusted signing keys and their scopes (see README, Trust)")
+    p.add_argument("--trust-policy", help="JSON file: trusted signing keys and their scopes (see docs/trust.md)")
     p.add_argument("--trust-mode", choices=["enforce", "warn", "off"],
                    help="override the policy's mode (default: the policy's, else off)")
 

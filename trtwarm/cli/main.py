@@ -16,7 +16,8 @@ from typing import Any, NoReturn
 
 from trtwarm import __version__
 from trtwarm import log as logsetup
-from trtwarm.config import DEFAULT_CACHE_DIR, DEFAULT_HANDOFF_DIR, Settings, env_defaults
+from trtwarm.config import Settings, env_defaults
+from trtwarm.cli.defaults import CACHE_PRESET, HANDOFF_PRESET, local_defaults
 from trtwarm.errors import BuildError, ConfigError, OutputError, exit_code_for
 from trtwarm.cli.flags import add_init_flags, add_run_flags
 from trtwarm.cli.helptext import annotate_env, exit_codes_epilog, unknown_command
@@ -98,17 +99,17 @@ def _tool_commands(sub: Any, only: str | None) -> None:
     if only in (None, "sidecar"):
         from trtwarm.sidecar.server import add_parser
 
-        add_parser(sub, str(DEFAULT_CACHE_DIR), str(DEFAULT_HANDOFF_DIR))
+        add_parser(sub, CACHE_PRESET, HANDOFF_PRESET)
     if only is None or only in LIFECYCLE:
         from trtwarm.lifecycle.commands import add_parsers
         from trtwarm.lifecycle.show import add_parser as add_show
 
-        add_parsers(sub, str(DEFAULT_CACHE_DIR))
-        add_show(sub, str(DEFAULT_CACHE_DIR))
+        add_parsers(sub, CACHE_PRESET)
+        add_show(sub, CACHE_PRESET)
     if only is None or only in SIGNING:
         from trtwarm.lifecycle.signing import add_parsers as add_signing
 
-        add_signing(sub, str(DEFAULT_CACHE_DIR))
+        add_signing(sub, CACHE_PRESET)
     if only in (None, "remote", "prebuild"):
         from trtwarm.cli.remote import add_parsers as add_remote_parsers
 
@@ -251,6 +252,9 @@ def _parse(args: list[str], command: str | None, environ: Mapping[str, str]) -> 
     parser = _parser(command)  # None (unknown): every command, for the error message
     _apply_env(parser, environ)
     ns, extra = parser.parse_known_args(args)
+    moved = local_defaults(ns, environ)  # a newcomer's machine: no /models/cache, no /trtwarm, not root
+    if moved:
+        log.info("%s", moved)
     if command == "init":
         ns.start_args = args[1:]  # as given: what a repeat of this start must match (trtwarm.init.fasthit)
     if extra:  # argparse's own message names only `trtwarm`, whose --help does not list a command's flags
@@ -272,7 +276,7 @@ def run(argv: Sequence[str] | None = None) -> NoReturn:
 
     After the commands in :data:`FAST_EXIT`, whose files, locks and threads are all closed by then, the process ends
     with :func:`os._exit` once logging and standard streams are flushed: tearing the interpreter down costs about
-    8 ms of CPU, which a storm of 64 Pods waking on 2 cores would spend one after another (README, Benchmarks).
+    8 ms of CPU, which a storm of 64 Pods waking on 2 cores would spend one after another (docs/benchmarks.md).
     """
     args = list(sys.argv[1:] if argv is None else argv)
     code = main(args)

@@ -54,7 +54,7 @@ def add_parsers(sub: Any) -> None:
                            "the matrix's \"platforms\" (default: this host's)")
             p.add_argument("--tensorrt", help="the servers' TensorRT, e.g. 10.16.1.11+cu12 (tensorrt rows)")
     pre = sub.add_parser("prebuild", help="CI: build on this GPU what the remote lacks, and push it")
-    pre.add_argument("--matrix", required=True, help="models × precisions × options (JSON; see README)")
+    pre.add_argument("--matrix", required=True, help="models × precisions × options (JSON; see docs/remote.md)")
     pre.add_argument("--remote", help="s3://BUCKET/PREFIX")
     pre.add_argument("--cache-dir", help="local cache to build in and reuse (default: a temporary one, removed at "
                      "the end)")

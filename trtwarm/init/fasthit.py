@@ -9,7 +9,7 @@ signature and files), the device as the key holds it, the node's boot id, and th
 ``trtwarm init`` with the same start finds the record by a checksum of that start and, when every witness still
 has its identity and the device reads the same (NVML again for a GPU), takes its lease, marks the use, writes the
 hand-off, the termination message and the same log lines, and exits: a Python start, ``json`` and some ``stat``
-calls, about 2x a bare ``python -c pass`` where the full init is about 5x (README, Benchmarks).
+calls, about 2x a bare ``python -c pass`` where the full init is about 5x (docs/benchmarks.md).
 
 Anything else runs the full init, which may write a new record: no record, another start, another trtwarm
 version or boot, a changed witness or device, stamps past ``--stamp-max-age``, an unsafe stamp directory or record,

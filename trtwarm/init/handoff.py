@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm import __version__
+from trtwarm.errors import VolumeError, volume_error
 from trtwarm.fs.ops import atomic_symlink, atomic_write, atomic_write_json, read_json_object
 
 log = logging.getLogger("trtwarm.init.handoff")
@@ -49,6 +50,28 @@ class WarmReport:
         """A compact one-line form for stdout and the termination message."""
         return {"result": self.result, "key": self.key[:16], "name": self.name, "path": self.path,
                 "seconds": {k: round(v, 3) for k, v in self.seconds.items()}}
+
+
+UNUSABLE_HINT = ("mount a writable emptyDir at --handoff-dir, shared with the inference container (outside Kubernetes: "
+                 "pass --handoff-dir DIR, a directory this user may write)")
+
+
+def require_writable(handoff_dir: Path) -> None:
+    """Create the hand-off directory if needed and check that this user may write it, before anything is built or
+    pulled: a hand-off that cannot be written, found only after a build, wastes the build.
+
+    :raises VolumeError: naming the directory (exit 6, as when writing it fails)
+    """
+    try:
+        handoff_dir.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise VolumeError(f"cannot use the hand-off directory {handoff_dir}: it is not a directory",
+                          hint=UNUSABLE_HINT) from None
+    except OSError as exc:
+        raise volume_error(exc, "create the hand-off directory", handoff_dir, hint=UNUSABLE_HINT) from exc
+    if not os.access(handoff_dir, os.W_OK | os.X_OK):  # also False on a read-only mount (EROFS), even for root
+        raise VolumeError(f"cannot write the hand-off to {handoff_dir}: this user (uid {os.getuid()}) may not write "
+                          "there, or it is mounted read-only", hint=UNUSABLE_HINT)
 
 
 def write(handoff_dir: Path, report: WarmReport) -> None:
@@ -141,5 +164,5 @@ def termination_message(path: Path, doc: dict[str, Any]) -> None:
         log.debug("cannot write termination message: %s", exc)
 
 
-__all__ = ["LINK", "PREVIOUS", "REPORT", "WarmReport", "clear", "read", "termination_message", "triton_repo", "write",
-           "write_failure"]
+__all__ = ["LINK", "PREVIOUS", "REPORT", "WarmReport", "clear", "read", "require_writable", "termination_message",
+           "triton_repo", "write", "write_failure"]

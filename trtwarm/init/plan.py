@@ -82,7 +82,7 @@ class Plan:
 def _stamps(settings: Settings, trusting: bool) -> StampBook | None:
     """The node-local stamp book: file stamps under ``--verify stamp``, and, under a trust policy (*trusting*), the
     record of signatures verified before, whatever ``--verify`` (a signature's verdict depends on its bytes alone,
-    which the record's name fixes; README, Trust). :raises ConfigError: its directory is on the cache volume, where
+    which the record's name fixes; docs/trust.md). :raises ConfigError: its directory is on the cache volume, where
     whoever can alter an engine could also write the stamp that vouches for it"""
     if not settings.stamp_dir or not (settings.verify == "stamp" or trusting):
         return None

@@ -222,19 +222,20 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
     if repeatable:
         hitrecord.remember(plan, entry, report, said)
     if result == "built" and plan.remote is not None and settings.remote_push == "best-effort":
-        plan.remote.push(entry)  # after the hand-off, which is durable first; see README "Choices made"
+        plan.remote.push(entry)  # after the hand-off, which is durable first; see docs/decisions.md
         _hand_off(settings, report, entry, plan.builder.name)  # again, with the push's bytes and seconds
     return report
 
 
 def _prepare(settings: Settings) -> None:
-    """Before the key: refuse a hand-off on the volume, set the last hand-off aside, and lay out a new volume (so
-    the first start already memoises the model's digests)."""
+    """Before the key: refuse a hand-off on the volume, set the last hand-off aside, check the hand-off directory is
+    writable, and lay out a new volume (so the first start already memoises the model's digests)."""
     if on_volume(settings.handoff_dir, settings.cache_dir):  # its `engine` link decides what the server loads
         raise HandoffOnVolume(f"the hand-off directory {settings.handoff_dir} is on the cache volume "
                               f"{settings.cache_dir}: a writer of the volume could point the server at any file",
                               hint="mount an emptyDir at --handoff-dir, shared with the inference container only")
     handoff.clear(settings.handoff_dir)
+    handoff.require_writable(settings.handoff_dir)  # before any build or pull (issue 27: found after it, it wasted it)
     if not settings.read_only and not Layout(settings.cache_dir).statcache.is_dir():
         with contextlib.suppress(VolumeError):  # surfaces again, with its reason, if a build turns out to be needed
             Layout(settings.cache_dir).ensure()

@@ -119,7 +119,7 @@ def cmd_sign(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
 def add_parsers(sub: Any, cache_default: str) -> None:
     """Define ``keys`` and ``sign`` on the subparsers action *sub*."""
     keys_p = sub.add_parser("keys", help="signing keys: `trtwarm keys generate`",
-                            description="Make a key pair for signed entries (README, Trust). The private key goes to "
+                            description="Make a key pair for signed entries (docs/trust.md). The private key goes to "
                             "the builders (a Kubernetes Secret; `trtwarm init --signing-key`), the public key into "
                             "the trust policy every init checks entries against (`--trust-policy`).")
     keys_sub = keys_p.add_subparsers(dest="keys_command", required=True, metavar="ACTION")

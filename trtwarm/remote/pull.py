@@ -137,7 +137,7 @@ def fetch_blob(repo: Repository, row: dict[str, Any], dest: Path, pool: ThreadPo
     hash at once and nothing is left to hash after the last byte. A row without them is hashed whole, in order, by
     the caller's thread from the file: fetching never waits for hashing (measured: hashing the ranges from the
     buffers they arrived in, in the caller's thread, stalled the fetches behind it and took a 16 MiB buffer per
-    range, each a fresh allocation the kernel had to fault in; README "Benchmarks").
+    range, each a fresh allocation the kernel had to fault in; docs/benchmarks.md).
 
     :param verify: False only for the benchmark that measures what verification costs (bench/bench_remote.py)
     """

@@ -7,7 +7,7 @@ recompute: ``openssl pkey -pubin -in trtwarm.pub -outform DER | sha256sum``.
 
 The ``cryptography`` package is imported only when a key is used, never at import time, and an Ed25519 check imports
 only its ``ed25519`` module: on a cache hit, loading ``cryptography``'s Rust extension is most of the cost of a
-signature check, and ECDSA adds its OpenSSL backend module (about 6 ms more, measured; see README, Benchmarks).
+signature check, and ECDSA adds its OpenSSL backend module (about 6 ms more, measured; see docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def pem_der(pem: bytes, what: str) -> bytes:
         return base64.b64decode(match[2], validate=False) if match else b""
     except (binascii.Error, ValueError):
         raise ConfigError(f"{what} is not a PEM file",
-                          hint="use `trtwarm keys generate` or openssl (see README)") from None
+                          hint="use `trtwarm keys generate` or openssl (see docs/trust.md)") from None
 
 
 def key_id(public_pem: bytes, what: str = "public key") -> str:

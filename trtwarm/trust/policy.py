@@ -78,11 +78,11 @@ class Policy:
             doc = json.loads(read_bounded(path, POLICY_LIMIT))
         except (OSError, TooLarge, ValueError, UnicodeDecodeError) as exc:
             raise ConfigError(f"cannot read the trust policy {path}: {getattr(exc, 'strerror', None) or exc}",
-                              hint="--trust-policy names a JSON file; see README, Trust") from None
+                              hint="--trust-policy names a JSON file; see docs/trust.md") from None
         if not isinstance(doc, dict) or doc.get("mode", "off") not in MODES \
                 or not isinstance(doc.get("keys", []), list):
             raise ConfigError(f"trust policy {path}: expected {{\"mode\": \"enforce|warn|off\", \"keys\": [...]}}",
-                              hint="see README, Trust, for the format")
+                              hint="see docs/trust.md for the format")
         named = [path.parent / item["public_key_file"] for item in doc.get("keys", [])
                  if isinstance(item, dict) and not isinstance(item.get("public_key"), str)
                  and isinstance(item.get("public_key_file"), str)]
@@ -105,7 +105,7 @@ def _trusted_key(item: Any, path: Path) -> TrustedKey:
     else:
         raise ConfigError(f"trust policy {path}: key {name!r} has neither public_key nor public_key_file",
                           hint='name its public key file (relative to the policy), e.g. {"name": "ci-2026", '
-                          '"public_key_file": "ci-2026.pub"}, or give the PEM in "public_key"; see README, Trust')
+                          '"public_key_file": "ci-2026.pub"}, or give the PEM in "public_key"; see docs/trust.md')
     scope = [item.get("models", []), item.get("key_prefixes", [])]
     if not all(isinstance(s, list) and all(isinstance(x, str) and x for x in s) for s in scope):
         raise ConfigError(f"trust policy {path}: key {name!r}: models and key_prefixes are lists of strings")
@@ -134,7 +134,7 @@ class Gate:
         mode = mode or policy.mode
         if mode != "off" and policy_path is None:
             raise ConfigError(f"--trust-mode {mode} needs --trust-policy", hint="name the trusted keys in a policy "
-                              "file (see README, Trust), or use --trust-mode off")
+                              "file (see docs/trust.md), or use --trust-mode off")
         signer = keys.load_private(signing_key) if signing_key else None
         return cls(policy, mode, signer, signer is not None and not read_only)
 

@@ -1,4 +1,4 @@
-"""Where things live on the cache volume. This tree is a public contract; the README documents it too.
+"""Where things live on the cache volume. This tree is a public contract; docs/volume-layout.md documents it too.
 
 ::
 

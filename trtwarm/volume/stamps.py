@@ -6,7 +6,7 @@ identity, and whose manifest names the same digest, skips the hash: a hit no lon
 difference (a rewrite changes ctime, even when mtime and size are restored; a replaced file has another inode)
 falls back to the full hash, which stamps the file again when it matches.
 
-Threat model (next to signing's, see README "Verification"):
+Threat model (next to signing's, see docs/volume-layout.md, Verification):
 
 * **Where stamps live.** On node-local storage, never on the shared cache volume: ``--stamp-dir``
   (``TRTWARM_STAMP_DIR``), by default ``<handoff-dir>/stamps`` (the Pod's own emptyDir); a hostPath directory owned

@@ -119,7 +119,7 @@ class TensorRTBuilder(Builder):
         """TensorRT's installed distribution, the plugin libraries and the calibration cache: what the key's
         ``builder`` and ``build`` sections read. None for a declared ``--tensorrt-version`` (a pull-only consumer,
         whose installed TensorRT, if any, must match it: nothing on disk pins that) or TensorRT without metadata.
-        Not run here: no TensorRT on any machine of this project (README, What has run where)."""
+        Not run here: no TensorRT on any machine of this project (docs/tensorrt.md, What has run where)."""
         if self.settings.tensorrt_version:
             return None
         found = dist_witnesses(self._dist)
