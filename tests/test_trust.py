@@ -198,20 +198,44 @@ def test_verify_under_enforce_finds_and_quarantines_unsigned(model: Path, cache:
     assert fixed.returncode == 0 and entries(cache) == [] and len(list((cache / ".quarantine").iterdir())) == 1
 
 
+_PEM_ITEM = '"name": "k", "public_key_file": "k.pub"'
+
+
 @pytest.mark.parametrize(("content", "message"), [
     ("{not json", "cannot read the trust policy"),
-    ('{"mode": "strict", "keys": []}', "expected {\"mode\": \"enforce|warn|off\""),
-    ('{"mode": "enforce", "keys": [{"name": "k"}]}', "has neither public_key nor public_key_file"),
+    ("[" * 100000, "cannot read the trust policy"),
+    ('{"mode": "strict", "keys": []}', "mode: 'strict' is not one of enforce, warn, off"),
+    ('{"mode": "enforce", "keys": [{"name": "k"}]}', "needs exactly one of public_key"),
     ('{"mode": "enforce", "keys": [{"name": "k", "public_key_file": "absent.pub"}]}', "cannot read public key"),
     ('{"mode": "enforce", "keys": [{"name": "k", "public_key": "hello"}]}', "is not a PEM public key"),
+    # the strict schema (docs/trust.md): nothing misspelt or missing turns trust off or widens a key's scope
+    ('{"Mode": "enforce", "keys": [{%s}]}' % _PEM_ITEM, "unknown field 'Mode' (did you mean 'mode'?)"),
+    ('{"keys": [{%s}]}' % _PEM_ITEM, "mode: is required"),
+    ('{"mode": "enforce", "keys": [{%s, "model": ["resnet*"]}]}' % _PEM_ITEM,
+     "keys[0]: unknown field 'model' (did you mean 'models'?)"),
+    ('{"mode": "enforce", "keys": [{%s, "models": []}]}' % _PEM_ITEM, "keys[0].models: is empty"),
+    ('{"mode": "enforce", "keys": [{%s, "key_prefixes": []}]}' % _PEM_ITEM, "keys[0].key_prefixes: is empty"),
+    ('{"mode": "enforce", "keys": [{%s, "models": "resnet*"}]}' % _PEM_ITEM, "keys[0].models: must be a list"),
+    ('{"mode": "enforce", "keys": [{%s, "key_prefixes": ["xyz"]}]}' % _PEM_ITEM, "is not 1 to 64 hex digits"),
+    ('{"mode": "enforce", "keys": [{%s}], "comment": "x"}' % _PEM_ITEM, "unknown field 'comment'"),
+    ('{"mode": "enforce", "keys": []}', "keys: must be a non-empty list"),
+    ('{"mode": "enforce"}', "keys: is required"),
+    ('{"mode": true, "keys": [{%s}]}' % _PEM_ITEM, "mode: 'True' is not one of"),
+    ('{"mode": "enforce", "keys": [{%s}, {%s}]}' % (_PEM_ITEM, _PEM_ITEM), "the name 'k' is used twice"),
+    ('{"mode": "enforce", "keys": [{%s, "public_key": "x"}]}' % _PEM_ITEM, "not both"),
+    ('{"mode": "enforce", "keys": [{"name": 7, "public_key_file": "k.pub"}]}', "keys[0].name: is required"),
+    ('{"mode": "enforce", "keys": ["k.pub"]}', "keys[0]: must be an object, not str"),
 ])
 def test_a_bad_policy_is_a_clear_configuration_error(model: Path, cache: Path, tmp_path: Path, content: str,
                                                      message: str) -> None:
+    _private, public = keypair(tmp_path, "k")
     bad = tmp_path / "policy.json"
     bad.write_text(content)
     done = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h", "--trust-policy", str(bad)))
     assert done.returncode == 2 and message in done.stderr and "hint:" in done.stderr, done.stderr
-    assert "Traceback" not in done.stderr
+    assert "Traceback" not in done.stderr and not cache.exists()  # refused before the cache was looked at
+    verify = run_trtwarm("verify", "--cache-dir", str(cache), "--trust-policy", str(bad))
+    assert verify.returncode == 2 and message in verify.stderr, verify.stderr
 
 
 def test_sign_refuses_a_damaged_entry_and_an_unknown_one(model: Path, cache: Path, tmp_path: Path) -> None:
