@@ -156,10 +156,14 @@ def test_rotation_with_two_keys(tmp_path: Path, cache: Path) -> None:
         hit = run_trtwarm(*cmd_init_args(model, cache, tmp_path / handoff, "--read-only", "--trust-policy", str(both)))
         assert hit.returncode == 0 and hit.summary["result"] == "hit", hit.stderr
     [old_entry] = [e for e in entries(cache) if e.name.startswith("first")]
-    dry = run_trtwarm("sign", old_entry.name, "--key", str(new_private), "--cache-dir", str(cache), "--dry-run")
+    blind = run_trtwarm("sign", old_entry.name, "--key", str(new_private), "--cache-dir", str(cache))
+    assert blind.returncode == 6 and "that this command cannot check (pass --trust-policy" in blind.stdout
+    dry = run_trtwarm("sign", old_entry.name, "--key", str(new_private), "--cache-dir", str(cache), "--dry-run",
+                      "--trust-policy", str(both))
     assert dry.returncode == 0 and "would sign" in dry.stdout and len(sig(old_entry)["signatures"]) == 1
     key = json.loads((old_entry / "manifest.json").read_text())["key"]
-    signed = run_trtwarm("sign", key[:12], "--key", str(new_private), "--cache-dir", str(cache), "--json")
+    signed = run_trtwarm("sign", key[:12], "--key", str(new_private), "--cache-dir", str(cache), "--json",
+                         env={"TRTWARM_TRUST_POLICY": str(both)})
     assert signed.returncode == 0, signed.stderr
     assert json.loads(signed.stdout)["entries"][0]["result"] == "signed"
     assert len(sig(old_entry)["signatures"]) == 2  # re-signed by the new key; the old signature kept

@@ -261,5 +261,4 @@ def generate(private_path: Path, public_path: Path, kind: str = "ed25519") -> st
 
 
 __all__ = ["CURVE_HASHES", "KINDS", "generate", "key_id", "load_private", "load_public", "pem_der", "preload",
-           "public_pem",
-           "read_key_file", "sign_bytes", "verify_signature"]
+           "public_pem", "read_key_file", "sign_bytes", "verify_signature"]
