@@ -207,7 +207,7 @@ class Gate:
             expected = envelope.statement(entry.manifest, entry.files)
         except envelope.BadSignature as exc:
             return False, exc.reason
-        except (KeyError, TypeError, ValueError, RecursionError):
+        except (EntryInvalid, KeyError, TypeError, ValueError, RecursionError):
             return False, "manifest.json's files cannot be stated (malformed rows)"
         pems = self.policy.trusted_for(entry.manifest["name"], entry.key)
         fingerprint = _fingerprint(doc, expected, pems) if self.verdicts is not None else None
