@@ -125,7 +125,8 @@ def test_concurrent_signers_lose_no_signature(tmp_path: Path, cache: Path) -> No
     signers = [keypair(tmp_path, f"k{i}") for i in range(6)]
     trusted = policy(tmp_path, "enforce", *(pub for _key, pub in signers))
     for i in range(8):
-        built = run_trtwarm(*cmd_init_args(make_model(tmp_path / "m" / f"m{i}.onnx", seed=i), cache, tmp_path / f"h{i}"))
+        seeded = make_model(tmp_path / "m" / f"m{i}.onnx", seed=i)
+        built = run_trtwarm(*cmd_init_args(seeded, cache, tmp_path / f"h{i}"))
         assert built.returncode == 0, built.stderr
     names = [e.name for e in entries(cache)]
     assert len(names) == 8
