@@ -7,10 +7,13 @@
                "models": ["resnet50*"], "key_prefixes": ["1f24a03d"]},  # "public_key": "-----BEGIN PUBLIC KEY..."
               {"name": "ci-2027", "public_key_file": "ci-2027.pub"}]}  # no scope: every entry
 
-A key is trusted for an entry when the entry's model name (the ``<model>`` part of its name: ``--name`` or the
-model file's stem) matches one of its ``models`` globs, or its key starts with one of its ``key_prefixes``; a key with
-neither is trusted for every entry. Several keys at once are how keys rotate: add the new one, re-sign or rebuild,
-then remove the old one (which also revokes it).
+The file is checked strictly (:mod:`trtwarm.trust.schema`): a misspelt or missing field is refused, never guessed.
+A key is trusted for an entry when the model name it was *signed under* (the ``<model>`` part of the signed
+statement's ``name``: the builder's ``--name`` or model file stem) matches one of its ``models`` globs, or its key
+starts with one of its ``key_prefixes``; a key with neither is trusted for every entry. The entry's directory must
+be that signed name (:func:`identity_problem`): a volume writer chooses directories, not what was signed. Several
+keys at once are how keys rotate: add the new one, re-sign or rebuild, then remove the old one (which also revokes
+it).
 
 Modes: ``off`` checks nothing; ``warn`` logs an unsigned or wrongly signed entry and serves it; ``enforce`` never
 hands one over: a Pod that may build and holds a trusted signing key quarantines it and rebuilds (a miss), any other
