@@ -99,10 +99,17 @@ class ModelStore(EngineStore):
         suffix = "--" + key[:16]
         try:
             with os.scandir(self.layout.entries) as it:
-                return next((Path(e.path) for e in it if e.name.endswith(suffix) and model_part(e.name) == self.model),
-                            None)
+                found = [e.name for e in it if e.name.endswith(suffix)]
         except FileNotFoundError:
             return None
+        for other in sorted(n for n in found if model_part(n) != self.model and n not in _SAID):
+            _SAID.add(other)
+            log.warning("entry %s holds this key under another model's name: not used under enforce (a key trusted "
+                        "for %r may not vouch for %r); treated as a miss", other, model_part(other), self.model)
+        return next((self.layout.entry_dir(n) for n in found if model_part(n) == self.model), None)
+
+
+_SAID: set[str] = set()  # entries ModelStore.find warned about (it runs in wait loops: once per process is enough)
 
 
 def _stamps(settings: Settings, trusting: bool) -> StampBook | None:
