@@ -123,3 +123,26 @@ def test_any_policy_is_parsed_or_refused_naming_a_field(doc: object, mode_given:
         assert (k.public_key is None) != (k.public_key_file is None)
     with pytest.raises(ConfigError):  # the named key file holds no key: refused at load, still a ConfigError
         Policy.load(path, mode_given)
+
+
+@FUZZ
+@given(changes=st.dictionaries(st.sampled_from(["key", "name", "key_document", "files", "engine_file", "built_by"]),
+                               JSON, max_size=3))
+def test_any_manifest_beside_a_good_envelope_is_a_verdict(changes: dict, signer: tuple[object, str, bytes],
+                                                          tmp_path: Path) -> None:
+    """The statement is rebuilt from whatever manifest.json holds (``show --trust-policy`` reads any): a verdict,
+    and a changed manifest is never trusted under the envelope signed for the original."""
+    private, kid, pem = signer
+    manifest = _manifest()
+    good = envelope.sign(envelope.statement(manifest, manifest["files"]), private, kid)
+    changed = {**manifest, **changes}
+    gate = Gate(Policy("enforce", (TrustedKey("k", kid, pem),)), "enforce")
+    name = changed["name"] if isinstance(changed.get("name"), str) and changed["name"] else "x"
+    ok, reason = gate.status(Entry(tmp_path / name, changed), good)
+    assert isinstance(reason, str) and reason
+    if ok:  # trusted only where every signed field is unchanged (built_by's unsigned fields may differ)
+        original = envelope.statement(manifest, manifest["files"])
+        assert envelope.statement(changed, changed["files"]) == original
+    signed_fields = ("key", "name", "key_document", "files", "engine_file")
+    if any(changed.get(f) != manifest.get(f) for f in signed_fields):
+        assert not ok, reason

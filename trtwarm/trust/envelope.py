@@ -53,7 +53,7 @@ class BadSignature(Exception):
 
 def statement(manifest: dict[str, Any], files: list[dict[str, Any]]) -> dict[str, Any]:
     """The in-toto Statement of a manifest whose files are *files* (the manifest's ``files``)."""
-    built_by = manifest.get("built_by") or {}
+    built_by = manifest.get("built_by") if isinstance(manifest.get("built_by"), dict) else {}
     rows = [{"path": f["path"], "role": f["role"], "bytes": f["bytes"], **{k: f[k] for k in _CHUNK_FIELDS if k in f}}
             for f in files]
     chunked = any("chunk_sha256" in row for row in rows)

@@ -122,6 +122,8 @@ def identity_problem(entry: Entry, model: str | None = None) -> str | None:
     for an init (*model*: the ``<model>`` part of its own entry name), the entry must have been signed as this model's.
     """
     name = entry.manifest.get("name")
+    if not isinstance(entry.manifest.get("key"), str):
+        return "manifest.json names no key"
     if not isinstance(name, str) or not name:
         return "manifest.json names no entry, so no key scope applies (rebuild it)"
     if entry.path.name != name:
