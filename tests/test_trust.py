@@ -156,10 +156,14 @@ def test_rotation_with_two_keys(tmp_path: Path, cache: Path) -> None:
         hit = run_trtwarm(*cmd_init_args(model, cache, tmp_path / handoff, "--read-only", "--trust-policy", str(both)))
         assert hit.returncode == 0 and hit.summary["result"] == "hit", hit.stderr
     [old_entry] = [e for e in entries(cache) if e.name.startswith("first")]
-    dry = run_trtwarm("sign", old_entry.name, "--key", str(new_private), "--cache-dir", str(cache), "--dry-run")
+    blind = run_trtwarm("sign", old_entry.name, "--key", str(new_private), "--cache-dir", str(cache))
+    assert blind.returncode == 6 and "that this command cannot check (pass --trust-policy" in blind.stdout
+    dry = run_trtwarm("sign", old_entry.name, "--key", str(new_private), "--cache-dir", str(cache), "--dry-run",
+                      "--trust-policy", str(both))
     assert dry.returncode == 0 and "would sign" in dry.stdout and len(sig(old_entry)["signatures"]) == 1
     key = json.loads((old_entry / "manifest.json").read_text())["key"]
-    signed = run_trtwarm("sign", key[:12], "--key", str(new_private), "--cache-dir", str(cache), "--json")
+    signed = run_trtwarm("sign", key[:12], "--key", str(new_private), "--cache-dir", str(cache), "--json",
+                         env={"TRTWARM_TRUST_POLICY": str(both)})
     assert signed.returncode == 0, signed.stderr
     assert json.loads(signed.stdout)["entries"][0]["result"] == "signed"
     assert len(sig(old_entry)["signatures"]) == 2  # re-signed by the new key; the old signature kept
@@ -198,20 +202,44 @@ def test_verify_under_enforce_finds_and_quarantines_unsigned(model: Path, cache:
     assert fixed.returncode == 0 and entries(cache) == [] and len(list((cache / ".quarantine").iterdir())) == 1
 
 
+_PEM_ITEM = '"name": "k", "public_key_file": "k.pub"'
+
+
 @pytest.mark.parametrize(("content", "message"), [
     ("{not json", "cannot read the trust policy"),
-    ('{"mode": "strict", "keys": []}', "expected {\"mode\": \"enforce|warn|off\""),
-    ('{"mode": "enforce", "keys": [{"name": "k"}]}', "has neither public_key nor public_key_file"),
+    ("[" * 100000, "cannot read the trust policy"),
+    ('{"mode": "strict", "keys": []}', "mode: 'strict' is not one of enforce, warn, off"),
+    ('{"mode": "enforce", "keys": [{"name": "k"}]}', "needs exactly one of public_key"),
     ('{"mode": "enforce", "keys": [{"name": "k", "public_key_file": "absent.pub"}]}', "cannot read public key"),
     ('{"mode": "enforce", "keys": [{"name": "k", "public_key": "hello"}]}', "is not a PEM public key"),
+    # the strict schema (docs/trust.md): nothing misspelt or missing turns trust off or widens a key's scope
+    ('{"Mode": "enforce", "keys": [{%s}]}' % _PEM_ITEM, "unknown field 'Mode' (did you mean 'mode'?)"),
+    ('{"keys": [{%s}]}' % _PEM_ITEM, "mode: is required"),
+    ('{"mode": "enforce", "keys": [{%s, "model": ["resnet*"]}]}' % _PEM_ITEM,
+     "keys[0]: unknown field 'model' (did you mean 'models'?)"),
+    ('{"mode": "enforce", "keys": [{%s, "models": []}]}' % _PEM_ITEM, "keys[0].models: is empty"),
+    ('{"mode": "enforce", "keys": [{%s, "key_prefixes": []}]}' % _PEM_ITEM, "keys[0].key_prefixes: is empty"),
+    ('{"mode": "enforce", "keys": [{%s, "models": "resnet*"}]}' % _PEM_ITEM, "keys[0].models: must be a list"),
+    ('{"mode": "enforce", "keys": [{%s, "key_prefixes": ["xyz"]}]}' % _PEM_ITEM, "is not 1 to 64 hex digits"),
+    ('{"mode": "enforce", "keys": [{%s}], "comment": "x"}' % _PEM_ITEM, "unknown field 'comment'"),
+    ('{"mode": "enforce", "keys": []}', "keys: must be a non-empty list"),
+    ('{"mode": "enforce"}', "keys: is required"),
+    ('{"mode": true, "keys": [{%s}]}' % _PEM_ITEM, "mode: 'True' is not one of"),
+    ('{"mode": "enforce", "keys": [{%s}, {%s}]}' % (_PEM_ITEM, _PEM_ITEM), "the name 'k' is used twice"),
+    ('{"mode": "enforce", "keys": [{%s, "public_key": "x"}]}' % _PEM_ITEM, "not both"),
+    ('{"mode": "enforce", "keys": [{"name": 7, "public_key_file": "k.pub"}]}', "keys[0].name: is required"),
+    ('{"mode": "enforce", "keys": ["k.pub"]}', "keys[0]: must be an object, not str"),
 ])
 def test_a_bad_policy_is_a_clear_configuration_error(model: Path, cache: Path, tmp_path: Path, content: str,
                                                      message: str) -> None:
+    _private, public = keypair(tmp_path, "k")
     bad = tmp_path / "policy.json"
     bad.write_text(content)
     done = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h", "--trust-policy", str(bad)))
     assert done.returncode == 2 and message in done.stderr and "hint:" in done.stderr, done.stderr
-    assert "Traceback" not in done.stderr
+    assert "Traceback" not in done.stderr and not cache.exists()  # refused before the cache was looked at
+    verify = run_trtwarm("verify", "--cache-dir", str(cache), "--trust-policy", str(bad))
+    assert verify.returncode == 2 and message in verify.stderr, verify.stderr
 
 
 def test_sign_refuses_a_damaged_entry_and_an_unknown_one(model: Path, cache: Path, tmp_path: Path) -> None:

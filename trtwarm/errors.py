@@ -103,8 +103,9 @@ _EXITS: dict[type[TrtwarmError], tuple[int, str]] = {
     BuildError: (4, "the builder's own output is in the log above; fix the model or the builder options"),
     LockTimeoutError: (5, "another Pod is still building this engine; raise --lock-timeout or wait for it"),
     VolumeError: (6, "check the cache volume: mounted, a directory, writable by this user, with free space"),
-    TrustError: (7, "the entry is not signed by a key the trust policy trusts for it: let a builder with the "
-                 "signing key rebuild it, or sign it (`trtwarm sign`), or check --trust-policy"),
+    TrustError: (7, "the entry is not signed by a key the trust policy trusts for it: rebuild it (`trtwarm rm` it and "
+                 "run a builder Pod with a trusted --signing-key); never `trtwarm sign` an entry that failed a trust "
+                 "check; or check --trust-policy"),
     RemoteError: (10, "the remote engine repository failed; `trtwarm remote ls --remote URL` checks it"),
     RemoteAuthError: (11, "check the object-store credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY from the "
                           "Secret, or the workload identity's role) and that they may read (and, to push, write) the "

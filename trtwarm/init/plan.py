@@ -7,6 +7,7 @@ stop here); :mod:`trtwarm.init.warm` acts on the plan.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from trtwarm.builders.base import Builder, get_builder
 from trtwarm.config import Settings
 from trtwarm.errors import ConfigError
 from trtwarm.node.events import EventRecorder
-from trtwarm.key import entry_name, key_document, key_of, model_fields
+from trtwarm.key import entry_name, key_document, key_of, model_fields, model_part
 from trtwarm.model import ModelFacts, check_model_path, unshaped_dynamic_inputs
 from trtwarm.trust.policy import Gate
 from trtwarm.volume.layout import Layout
@@ -49,7 +50,10 @@ class Plan:
 
     @property
     def store(self) -> EngineStore:
-        """The store of this plan's volume (quarantines are reported as Kubernetes Events)."""
+        """The store of this plan's volume (quarantines are reported as Kubernetes Events); under ``enforce``, one
+        whose suffix lookup finds only this model's entries (:class:`ModelStore`)."""
+        if self.gate.mode == "enforce":
+            return ModelStore(self.layout, self._quarantined, model=model_part(self.name))
         return EngineStore(self.layout, self._quarantined)
 
     def _quarantined(self, name: str, reason: str) -> None:
@@ -71,12 +75,41 @@ class Plan:
         the trust policy before its download (the staging directory does not carry the entry's name yet)."""
         def check(entry: Entry) -> None:
             if trust:
-                self.gate.check(entry)  # the signature, before the builder reads a byte of the engine
+                self.gate.check(entry, model_part(self.name))  # the signature, before a byte of the engine is read
             self.builder.precheck(entry.engine)  # e.g. the plan header's TensorRT version, before TensorRT is loaded
             if self.settings.verify == "load":
                 self.builder.load(entry.engine, self.facts)
 
         return check
+
+
+class ModelStore(EngineStore):
+    """The store as an init under ``enforce`` sees it: the ``--<key16>`` suffix lookup (a model renamed, same bytes)
+    takes only entries of this init's model name. An entry of this key under another model's name is a miss: the key
+    that signed it may be trusted for that other model only, and a volume writer chooses directory names."""
+
+    def __init__(self, layout: Layout, on_quarantine: Callable[[str, str], None] | None, *, model: str) -> None:
+        super().__init__(layout, on_quarantine)
+        self.model = model
+
+    def find(self, key: str, name: str | None = None) -> Path | None:
+        """:meth:`EngineStore.find`, limited to entries whose ``<model>`` part is this init's."""
+        if name is not None and self.layout.entry_dir(name).is_dir():
+            return self.layout.entry_dir(name)
+        suffix = "--" + key[:16]
+        try:
+            with os.scandir(self.layout.entries) as it:
+                found = [e.name for e in it if e.name.endswith(suffix)]
+        except FileNotFoundError:
+            return None
+        for other in sorted(n for n in found if model_part(n) != self.model and n not in _SAID):
+            _SAID.add(other)
+            log.warning("entry %s holds this key under another model's name: not used under enforce (a key trusted "
+                        "for %r may not vouch for %r); treated as a miss", other, model_part(other), self.model)
+        return next((self.layout.entry_dir(n) for n in found if model_part(n) == self.model), None)
+
+
+_SAID: set[str] = set()  # entries ModelStore.find warned about (it runs in wait loops: once per process is enough)
 
 
 def _stamps(settings: Settings, trusting: bool) -> StampBook | None:
@@ -107,16 +140,19 @@ def _memo_dir(layout: Layout, book: StampBook | None, trusting: bool) -> tuple[P
     return volume, trusting, None
 
 
-def resolve(settings: Settings) -> Plan:
-    """Inspect the model and the builder and compute the key document, the key and the entry name.
+def resolve(settings: Settings, gate: Gate | None = None) -> Plan:
+    """Inspect the model and the builder and compute the key document, the key and the entry name. *gate*: the
+    trust policy's, when the caller loaded it already (``init`` does, before it touches the cache).
 
     :raises ModelError, ConfigError, VolumeError: bad model, bad configuration, unusable cache dir
     """
     start = time.monotonic()
     check_model_path(settings.model)
+    # the policy first: one that fails to load stops the start before the cache is looked at (fail closed)
+    if gate is None:
+        gate = Gate.create(settings.trust_policy, settings.trust_mode, settings.signing_key, settings.read_only)
     layout = Layout(settings.cache_dir)
     layout.check()
-    gate = Gate.create(settings.trust_policy, settings.trust_mode, settings.signing_key, settings.read_only)
     book = _stamps(settings, gate.mode != "off")
     builder = get_builder(settings)
     identity = builder.identity()
@@ -135,4 +171,4 @@ def resolve(settings: Settings) -> Plan:
                 stamps=book if settings.verify == "stamp" else None, memo=memo)
 
 
-__all__ = ["Plan", "resolve"]
+__all__ = ["ModelStore", "Plan", "resolve"]

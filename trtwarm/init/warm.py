@@ -39,6 +39,7 @@ from trtwarm.volume.lock import BuildLock
 from trtwarm.volume.stamps import on_volume
 from trtwarm.volume.store import EngineStore, Entry
 from trtwarm.init.waiting import on_wait as _on_wait, wait_reason as _wait_reason
+from trtwarm.trust.policy import Gate
 
 log = logging.getLogger("trtwarm.init.warm")
 
@@ -197,9 +198,9 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
     """Run ``trtwarm init``: return the report after writing the hand-off. :raises TrtwarmError: see errors."""
     start = time.monotonic()
     remote = _remote(settings, events)
-    _prepare(settings)
+    gate = _prepare(settings)
     with hitrecord.warnings_said() as said:
-        plan = resolve(settings)
+        plan = resolve(settings, gate)
     plan.events = events
     plan.remote = remote
     if remote is not None:
@@ -227,18 +228,21 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
     return report
 
 
-def _prepare(settings: Settings) -> None:
+def _prepare(settings: Settings) -> Gate:
     """Before the key: refuse a hand-off on the volume, set the last hand-off aside, check the hand-off directory is
-    writable, and lay out a new volume (so the first start already memoises the model's digests)."""
+    writable, load the trust policy (one that fails to load stops here: nothing handed over, the cache not touched),
+    and lay out a new volume (so the first start already memoises the model's digests). Return the policy's gate."""
     if on_volume(settings.handoff_dir, settings.cache_dir):  # its `engine` link decides what the server loads
         raise HandoffOnVolume(f"the hand-off directory {settings.handoff_dir} is on the cache volume "
                               f"{settings.cache_dir}: a writer of the volume could point the server at any file",
                               hint="mount an emptyDir at --handoff-dir, shared with the inference container only")
     handoff.clear(settings.handoff_dir)
     handoff.require_writable(settings.handoff_dir)  # before any build or pull (issue 27: found after it, it wasted it)
+    gate = Gate.create(settings.trust_policy, settings.trust_mode, settings.signing_key, settings.read_only)
     if not settings.read_only and not Layout(settings.cache_dir).statcache.is_dir():
         with contextlib.suppress(VolumeError):  # surfaces again, with its reason, if a build turns out to be needed
             Layout(settings.cache_dir).ensure()
+    return gate
 
 
 def _emit_outcome(plan: Plan, result: str) -> None:

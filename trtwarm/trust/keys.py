@@ -31,7 +31,7 @@ _PEM = re.compile(rb"-----BEGIN ([A-Z ]+)-----\s*(.+?)\s*-----END \1-----", re.D
 _P256_SPKI = bytes.fromhex("3059301306072a8648ce3d020106082a8648ce3d030107034200")
 #: the DER SubjectPublicKeyInfo header of an Ed25519 key (id-Ed25519, BIT STRING of 32 bytes)
 _ED25519_SPKI = bytes.fromhex("302a300506032b6570032100")
-KINDS = ("ed25519", "ecdsa-p256")
+KINDS = ("ed25519", "ecdsa-p256", "ecdsa-p384", "ecdsa-p521")
 
 
 def pem_der(pem: bytes, what: str) -> bytes:
@@ -149,34 +149,56 @@ def _await_preload() -> None:
         _preloading.pop().join()
 
 
+#: the hash each ECDSA curve signs with (its key size in bits → hash name): the interoperable pairings (FIPS 186,
+#: securesystemslib's ecdsa-sha2-nistp256/384/521 schemes, OpenSSF Model Signing)
+CURVE_HASHES = {256: "SHA256", 384: "SHA384", 521: "SHA512"}
+
+
+def _curve_hash(key: Any) -> Any:
+    from cryptography.hazmat.primitives import hashes
+
+    return getattr(hashes, CURVE_HASHES.get(key.curve.key_size, "SHA256"))()
+
+
 def verify_signature(public_key: Any, signature: bytes, message: bytes) -> bool:
-    """Whether *signature* (Ed25519, or DER ECDSA with SHA-256) over *message* is valid for *public_key*."""
+    """Whether *signature* (Ed25519, or DER ECDSA) over *message* is valid for *public_key*.
+
+    ECDSA is checked with the curve's hash (:data:`CURVE_HASHES`); a P-384 or P-521 signature made with SHA-256
+    (what trtwarm 0.1 wrote) is still accepted, so envelopes signed before keep verifying.
+    """
     from cryptography.exceptions import InvalidSignature
     from cryptography.hazmat.primitives.asymmetric import ed25519
 
     try:
         if isinstance(public_key, ed25519.Ed25519PublicKey):
             public_key.verify(signature, message)
-        else:
-            from cryptography.hazmat.primitives import hashes
-            from cryptography.hazmat.primitives.asymmetric import ec
+            return True
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import ec
 
-            public_key.verify(signature, message, ec.ECDSA(hashes.SHA256()))
-    except (InvalidSignature, ValueError):
+        digests = [_curve_hash(public_key)]
+        if public_key.curve.key_size != 256:
+            digests.append(hashes.SHA256())  # envelopes of trtwarm 0.1 (see above)
+        for digest in digests:
+            try:
+                public_key.verify(signature, message, ec.ECDSA(digest))
+                return True
+            except InvalidSignature:
+                continue
+    except (InvalidSignature, ValueError, TypeError):
         return False
-    return True
+    return False
 
 
 def sign_bytes(private_key: Any, message: bytes) -> bytes:
-    """Sign *message*: Ed25519, or DER ECDSA with SHA-256 (what DSSE tools expect of each key type)."""
+    """Sign *message*: Ed25519, or DER ECDSA with the curve's hash (:data:`CURVE_HASHES`)."""
     from cryptography.hazmat.primitives.asymmetric import ed25519
 
     if isinstance(private_key, ed25519.Ed25519PrivateKey):
         return private_key.sign(message)
-    from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    return private_key.sign(message, ec.ECDSA(hashes.SHA256()))
+    return private_key.sign(message, ec.ECDSA(_curve_hash(private_key)))
 
 
 def load_private(path: Path) -> tuple[Any, str]:
@@ -206,7 +228,7 @@ def public_pem(private_key: Any) -> bytes:
 
 
 def generate(private_path: Path, public_path: Path, kind: str = "ed25519") -> str:
-    """Write a new key pair (*kind* ``ed25519`` or ``ecdsa-p256``): *private_path* (0600, created exclusively) and
+    """Write a new key pair (*kind*: one of :data:`KINDS`): *private_path* (0600, created exclusively) and
     *public_path*; return the key id. :raises ConfigError: either file exists already (never overwritten), or cannot
     be written
     """
@@ -218,7 +240,8 @@ def generate(private_path: Path, public_path: Path, kind: str = "ed25519") -> st
         if os.path.lexists(path):
             raise ConfigError(f"{path} exists; refusing to overwrite a key",
                               hint="choose another name, or remove the old key yourself after rotating it out")
-    key = ed25519.Ed25519PrivateKey.generate() if kind == "ed25519" else ec.generate_private_key(ec.SECP256R1())
+    curves = {"ecdsa-p256": ec.SECP256R1, "ecdsa-p384": ec.SECP384R1, "ecdsa-p521": ec.SECP521R1}
+    key = ed25519.Ed25519PrivateKey.generate() if kind == "ed25519" else ec.generate_private_key(curves[kind]())
     private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                 serialization.NoEncryption())
     public = public_pem(key)
@@ -237,5 +260,5 @@ def generate(private_path: Path, public_path: Path, kind: str = "ed25519") -> st
     return key_id(public)
 
 
-__all__ = ["KINDS", "generate", "key_id", "load_private", "load_public", "pem_der", "preload", "public_pem",
-           "read_key_file", "sign_bytes", "verify_signature"]
+__all__ = ["CURVE_HASHES", "KINDS", "generate", "key_id", "load_private", "load_public", "pem_der", "preload",
+           "public_pem", "read_key_file", "sign_bytes", "verify_signature"]

@@ -7,10 +7,13 @@
                "models": ["resnet50*"], "key_prefixes": ["1f24a03d"]},  # "public_key": "-----BEGIN PUBLIC KEY..."
               {"name": "ci-2027", "public_key_file": "ci-2027.pub"}]}  # no scope: every entry
 
-A key is trusted for an entry when the entry's model name (the ``<model>`` part of its name: ``--name`` or the
-model file's stem) matches one of its ``models`` globs, or its key starts with one of its ``key_prefixes``; a key with
-neither is trusted for every entry. Several keys at once are how keys rotate: add the new one, re-sign or rebuild,
-then remove the old one (which also revokes it).
+The file is checked strictly (:mod:`trtwarm.trust.schema`): a misspelt or missing field is refused, never guessed.
+A key is trusted for an entry when the model name it was *signed under* (the ``<model>`` part of the signed
+statement's ``name``: the builder's ``--name`` or model file stem) matches one of its ``models`` globs, or its key
+starts with one of its ``key_prefixes``; a key with neither is trusted for every entry. The entry's directory must
+be that signed name (:func:`identity_problem`): a volume writer chooses directories, not what was signed. Several
+keys at once are how keys rotate: add the new one, re-sign or rebuild, then remove the old one (which also revokes
+it).
 
 Modes: ``off`` checks nothing; ``warn`` logs an unsigned or wrongly signed entry and serves it; ``enforce`` never
 hands one over: a Pod that may build and holds a trusted signing key quarantines it and rebuilds (a miss), any other
@@ -29,14 +32,21 @@ from typing import Any
 
 from trtwarm.errors import ConfigError, EntryInvalid, TrustError
 from trtwarm.fs.ops import TooLarge, read_bounded
-from trtwarm.key import model_part
-from trtwarm.trust import envelope, keys
+from trtwarm.key import key_of, model_part
+from trtwarm.trust import envelope, keys, schema
+from trtwarm.trust.schema import MODES
 from trtwarm.volume.store import SIGNATURE, Entry
 
 log = logging.getLogger("trtwarm.trust")
-MODES = ("off", "warn", "enforce")
 POLICY_LIMIT = 1 << 20
 SIGNATURE_LIMIT = 1 << 20
+
+
+#: what to do about an entry that failed a trust check: rebuild it. Never "sign it": `trtwarm sign` would vouch for
+#: bytes nobody can trace (whoever rewrote the engine and its manifest wants exactly that)
+REBUILD_HINT = ("rebuild it: a Pod with a --signing-key the policy trusts (not --read-only; e.g. the prebuild Job) "
+                "quarantines and rebuilds it, or remove it (`trtwarm rm ENTRY`) and start such a builder; do not "
+                "`trtwarm sign` an entry that failed a trust check; check --trust-policy if the key should be trusted")
 
 
 class UntrustedEntry(EntryInvalid):
@@ -53,13 +63,13 @@ class TrustedKey:
     models: tuple[str, ...] = ()
     key_prefixes: tuple[str, ...] = ()
 
-    def covers(self, entry_name: str, key: str) -> bool:
-        """Whether this key is trusted for the entry *entry_name* of *key*."""
+    def covers(self, model: str, key: str) -> bool:
+        """Whether this key is trusted for an entry of the model named *model* (the ``<model>`` part of the name
+        the entry was signed under) and cache key *key*."""
         if not self.models and not self.key_prefixes:
             return True
-        model = model_part(entry_name)
         return any(fnmatch.fnmatchcase(model, glob) for glob in self.models) or \
-            any(key.startswith(prefix.lower()) for prefix in self.key_prefixes)
+            any(key.startswith(prefix) for prefix in self.key_prefixes)
 
 
 @dataclass(frozen=True)
@@ -72,44 +82,63 @@ class Policy:
     files: tuple[Path, ...] = ()  # the policy file and the key files it names: what a verdict here rests on
 
     @classmethod
-    def load(cls, path: Path) -> Policy:
-        """Read and check a policy file. :raises ConfigError: unreadable, not JSON, or malformed"""
+    def load(cls, path: Path, mode_given: bool = False) -> Policy:
+        """Read a policy file and check it against the strict schema (:mod:`trtwarm.trust.schema`).
+
+        :param mode_given: ``--trust-mode`` decides the mode, so the file may state none
+        :raises ConfigError: unreadable, not JSON, or breaking any rule of the schema (naming the field)
+        """
         try:
             doc = json.loads(read_bounded(path, POLICY_LIMIT))
-        except (OSError, TooLarge, ValueError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"cannot read the trust policy {path}: {getattr(exc, 'strerror', None) or exc}",
-                              hint="--trust-policy names a JSON file; see docs/trust.md") from None
-        if not isinstance(doc, dict) or doc.get("mode", "off") not in MODES \
-                or not isinstance(doc.get("keys", []), list):
-            raise ConfigError(f"trust policy {path}: expected {{\"mode\": \"enforce|warn|off\", \"keys\": [...]}}",
-                              hint="see docs/trust.md for the format")
-        named = [path.parent / item["public_key_file"] for item in doc.get("keys", [])
-                 if isinstance(item, dict) and not isinstance(item.get("public_key"), str)
-                 and isinstance(item.get("public_key_file"), str)]
-        return cls(doc.get("mode", "off"), tuple(_trusted_key(item, path) for item in doc.get("keys", [])), str(path),
-                   (path, *named))
+        except (OSError, TooLarge, ValueError, UnicodeDecodeError, RecursionError) as exc:
+            why = getattr(exc, "strerror", None) or ("nested too deeply" if isinstance(exc, RecursionError) else exc)
+            raise ConfigError(f"cannot read the trust policy {path}: {why}",
+                              hint="--trust-policy names a JSON file; see docs/trust.md, The trust policy") from None
+        spec = schema.parse(doc, str(path), mode_given)
+        trusted = tuple(_trusted_key(k, path) for k in spec.keys)
+        named = [f for k in spec.keys if (f := schema.key_file(path, k)) is not None]
+        return cls(spec.mode or "off", trusted, str(path), (path, *named))
 
     def trusted_for(self, entry_name: str, key: str) -> dict[str, bytes]:
-        """Key id → public key PEM of the keys trusted for that entry."""
-        return {k.keyid: k.pem for k in self.keys if k.covers(entry_name, key)}
+        """Key id → public key PEM of the keys trusted for the entry named *entry_name* (the name it was signed
+        under, never the directory it lies in) of cache key *key*."""
+        model = model_part(entry_name)
+        return {k.keyid: k.pem for k in self.keys if k.covers(model, key)}
 
 
-def _trusted_key(item: Any, path: Path) -> TrustedKey:
-    if not isinstance(item, dict) or not isinstance(item.get("name", ""), str):
-        raise ConfigError(f"trust policy {path}: every item of keys must be an object")
-    name = item.get("name") or "?"
-    if isinstance(item.get("public_key"), str):
-        pem = item["public_key"].encode()
-    elif isinstance(item.get("public_key_file"), str):
-        pem = keys.read_key_file(path.parent / item["public_key_file"], f"public key of {name!r}")
-    else:
-        raise ConfigError(f"trust policy {path}: key {name!r} has neither public_key nor public_key_file",
-                          hint='name its public key file (relative to the policy), e.g. {"name": "ci-2026", '
-                          '"public_key_file": "ci-2026.pub"}, or give the PEM in "public_key"; see docs/trust.md')
-    scope = [item.get("models", []), item.get("key_prefixes", [])]
-    if not all(isinstance(s, list) and all(isinstance(x, str) and x for x in s) for s in scope):
-        raise ConfigError(f"trust policy {path}: key {name!r}: models and key_prefixes are lists of strings")
-    return TrustedKey(name, keys.key_id(pem, f"public key of {name!r}"), pem, tuple(scope[0]), tuple(scope[1]))
+def _trusted_key(spec: schema.KeySpec, path: Path) -> TrustedKey:
+    what = f"public key of {spec.name!r}"
+    file = schema.key_file(path, spec)
+    pem = spec.public_key.encode() if file is None else keys.read_key_file(file, what)
+    return TrustedKey(spec.name, keys.key_id(pem, what), pem, spec.models, spec.key_prefixes)
+
+
+def identity_problem(entry: Entry, model: str | None = None) -> str | None:
+    """Why *entry*'s directory, manifest and signed statement disagree about what it is (None: they agree).
+
+    The statement signs the manifest's ``name``, ``key`` and ``key_document``; the scope of a key is judged on that
+    name. So the directory must be that name (a volume writer chooses directories, not what was signed), the name
+    must end in the key's ``--<key16>``, the key document must hash to the key (it holds the model's digest), and,
+    for an init (*model*: the ``<model>`` part of its own entry name), the entry must have been signed as this model's.
+    """
+    name = entry.manifest.get("name")
+    if not isinstance(entry.manifest.get("key"), str):
+        return "manifest.json names no key"
+    if not isinstance(name, str) or not name:
+        return "manifest.json names no entry, so no key scope applies (rebuild it)"
+    if entry.path.name != name:
+        return f"the directory {entry.path.name[:200]} is not the name the entry was signed under ({name[:200]})"
+    if not name.endswith("--" + entry.key[:16]):
+        return f"the signed name {name[:200]} does not end in its key's --{entry.key[:16]}"
+    try:
+        hashed = key_of(entry.manifest.get("key_document"))  # type: ignore[arg-type]
+    except (TypeError, ValueError, AttributeError, RecursionError):
+        hashed = None
+    if hashed != entry.key:
+        return "the signed key document does not hash to the entry's key (its model digest is not this key's)"
+    if model is not None and model_part(name) != model:
+        return f"signed for model {model_part(name)!r}, not this Pod's model {model!r} (under another model's name)"
+    return None
 
 
 @dataclass
@@ -130,7 +159,7 @@ class Gate:
         """The gate for these settings. :raises ConfigError: bad policy, key, or a mode without a policy"""
         if mode is not None and mode not in MODES:
             raise ConfigError(f"unknown --trust-mode {mode!r}", hint="choose enforce, warn or off")
-        policy = Policy.load(policy_path) if policy_path else Policy("off")
+        policy = Policy.load(policy_path, mode_given=mode is not None) if policy_path else Policy("off")
         mode = mode or policy.mode
         if mode != "off" and policy_path is None:
             raise ConfigError(f"--trust-mode {mode} needs --trust-policy", hint="name the trusted keys in a policy "
@@ -159,29 +188,40 @@ class Gate:
                               f"{self.policy.source}", hint="add its public key to the trust policy (with a scope "
                               "covering this model), or use a key the policy trusts")
 
-    def status(self, entry: Entry, signature: dict[str, Any] | None = None) -> tuple[bool, str]:
+    def status(self, entry: Entry, signature: dict[str, Any] | None = None,
+               model: str | None = None) -> tuple[bool, str]:
         """``(True, signer key id)`` when a key trusted for *entry* signed exactly its manifest, else
-        ``(False, reason)``. *signature*: the envelope when it is not on the volume (yet): a remote ref's.
+        ``(False, reason)``. *signature*: the envelope when it is not on the volume (yet): a remote ref's. *model*:
+        the ``<model>`` part of the asking init's own entry name (see :func:`identity_problem`).
 
-        With :attr:`verdicts` (a node-local stamp directory, any ``--verify``), a signature this node verified before
-        for the same envelope, manifest and trusted keys is not checked again (see
-        :meth:`trtwarm.volume.stamps.StampBook.signer`).
+        The scope is judged on what was signed (the statement's name and key), and the entry's directory must be
+        that name. Any shape of envelope is a verdict, never an exception. With :attr:`verdicts` (a node-local stamp
+        directory, any ``--verify``), a signature this node verified before for the same envelope, manifest and
+        trusted keys is not checked again (see :meth:`trtwarm.volume.stamps.StampBook.signer`).
         """
         try:
             doc = signature or json.loads(read_bounded(entry.path / SIGNATURE, SIGNATURE_LIMIT))
         except FileNotFoundError:
             return False, "unsigned (no manifest.sig.json)"
-        except (OSError, TooLarge, ValueError, UnicodeDecodeError):
+        except (OSError, TooLarge, ValueError, UnicodeDecodeError, RecursionError):
             return False, "manifest.sig.json is unreadable, huge or not JSON"
-        pems = self.policy.trusted_for(entry.name, entry.key)
-        expected = envelope.statement(entry.manifest, entry.files)
+        if (problem := identity_problem(entry, model)) is not None:
+            return False, problem
+        try:
+            parsed = envelope.parse(doc)
+            expected = envelope.statement(entry.manifest, entry.files)
+        except envelope.BadSignature as exc:
+            return False, exc.reason
+        except (EntryInvalid, KeyError, TypeError, ValueError, RecursionError):
+            return False, "manifest.json's files cannot be stated (malformed rows)"
+        pems = self.policy.trusted_for(entry.manifest["name"], entry.key)
         fingerprint = _fingerprint(doc, expected, pems) if self.verdicts is not None else None
         if fingerprint and (known := self.verdicts.signer(fingerprint)) in pems:
             log.info("entry %s: signature verified before on this node (key %s)", entry.name, known[:16])
             return True, known
         trusted = {kid: self._public(kid, pem) for kid, pem in pems.items()}
         try:
-            signer = envelope.verify(doc, expected, trusted)
+            signer = envelope.verify_parsed(parsed, expected, trusted)
         except envelope.BadSignature as exc:
             return False, exc.reason
         if fingerprint:
@@ -200,7 +240,8 @@ class Gate:
             return
         entry = Entry(Path(name), ref["manifest"])  # not on a volume: only its name and manifest are read
         signature = ref.get("signature")
-        ok, detail = self.status(entry, signature) if signature else (False, "unsigned (the ref carries no signature)")
+        ok, detail = self.status(entry, signature, model_part(name)) if signature \
+            else (False, "unsigned (the ref carries no signature)")
         detail = detail.replace("manifest.sig.json", "the ref's signature").replace("manifest.json",
                                                                                      "the ref's manifest")
         try:
@@ -211,12 +252,12 @@ class Gate:
                              "credentials) and push a build signed by a key the policy trusts (a builder Pod or "
                              "the prebuild Job), or check --trust-policy") from None
 
-    def check(self, entry: Entry) -> None:
-        """Apply the mode to *entry* (call before any load). :raises UntrustedEntry: replace it;
-        :raises TrustError: refuse it, this Pod cannot replace it"""
+    def check(self, entry: Entry, model: str | None = None) -> None:
+        """Apply the mode to *entry* (call before any load); *model*: the ``<model>`` part of this init's entry name.
+        :raises UntrustedEntry: replace it; :raises TrustError: refuse it, this Pod cannot replace it"""
         if self.mode == "off":
             return
-        self._verdict(entry, *self.status(entry))
+        self._verdict(entry, *self.status(entry, model=model))
 
     def _verdict(self, entry: Entry, ok: bool, detail: str) -> None:
         if ok:
@@ -228,8 +269,7 @@ class Gate:
         if self.can_replace:
             raise UntrustedEntry(f"trust policy: {detail}")
         raise TrustError(f"trust policy (enforce) refuses entry {entry.name}: {detail}",
-                         hint="only a Pod with a trusted --signing-key (not --read-only) may replace it: run one, or "
-                         "`trtwarm sign` the entry with a trusted key, or check --trust-policy")
+                         hint=REBUILD_HINT)
 
     def sign(self, manifest: dict[str, Any], files: list[dict[str, Any]],
              existing: dict[str, Any] | None = None) -> dict[str, Any] | None:
@@ -246,4 +286,4 @@ def _fingerprint(doc: Any, expected: dict[str, Any], pems: dict[str, bytes]) -> 
     return hashlib.sha256(material.encode()).hexdigest()
 
 
-__all__ = ["MODES", "Gate", "Policy", "TrustedKey", "UntrustedEntry"]
+__all__ = ["MODES", "REBUILD_HINT", "Gate", "Policy", "TrustedKey", "UntrustedEntry", "identity_problem"]
