@@ -13,6 +13,7 @@ from k8s import CHART, container, objects, pod_spec, render, validate, workload
 
 helm = pytest.importorskip("helm_python", reason="helm-python-sdk is not installed (pip install '.[test]')")
 NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+KEYS = [{"name": "ci", "public_key_file": "ci.pub"}]  # a policy needs a key: the init refuses one without
 
 
 def remote_values() -> dict:
@@ -197,10 +198,11 @@ def test_the_working_neighbours_of_the_refused_renders_pass() -> None:
     for values in (renamed, {"workload": {"container": {"readinessProbe": {"httpGet": {"path": "/", "port": 8000}}}}},
                    {"exporter": {"port": 8002, "enabled": False}},
                    {"cache": {"type": "emptyDir"}, "engine": {"readOnly": True}, "remote": {"url": "s3://engines/p"}},
-                   {"cache": {"type": "emptyDir"}, "trust": {"mode": "warn", "role": "consumer"},
+                   {"cache": {"type": "emptyDir"}, "trust": {"mode": "warn", "role": "consumer", "keys": KEYS},
                     "remote": {"url": "s3://engines/p", "pullOnly": True}},
                    {"cache": {"type": "hostPath", "hostPath": {"path": "/var/lib/trtwarm/cache", "type": "Directory"}}},
-                   {"trust": {"mode": "warn", "signingKey": {"existingSecret": "k", "allowUntrustedBuildSteps": True}},
+                   {"trust": {"mode": "warn", "keys": KEYS,
+                              "signingKey": {"existingSecret": "k", "allowUntrustedBuildSteps": True}},
                     "engine": {"tensorrt": {"plugins": ["/p.so"]}}}):
         assert validate(objects(render(values)), [29, 37]) == [], values
 

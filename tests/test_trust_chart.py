@@ -78,3 +78,13 @@ def test_a_consumer_under_digest_keeps_its_signature_records_in_the_node_stamp_d
     assert flag(init, "stamp-max-age") == "2h"  # records expire like stamps
     assert {m["name"]: m["mountPath"] for m in init["volumeMounts"]}["trtwarm-stamps"] == flag(init, "stamp-dir")
     assert all("trtwarm-stamps" not in [m["name"] for m in c.get("volumeMounts", [])] for c in spec["containers"])
+
+
+@pytest.mark.parametrize(("keys", "message"), [
+    ([], "needs trust.keys"),
+    ([{"name": "ci", "public_key_file": "a.pub"}, {"name": "ci", "public_key_file": "b.pub"}], "names \"ci\" twice"),
+])
+def test_a_policy_the_init_would_refuse_is_refused_at_render_time(keys: list, message: str) -> None:
+    """The init fails closed on these policies (exit 2, nothing served); the chart says so before anything runs."""
+    with pytest.raises(helm.errors.HelmError, match=message):
+        render({"trust": {"mode": "enforce", "role": "consumer", "keys": keys}})
