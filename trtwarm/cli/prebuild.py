@@ -26,10 +26,8 @@ from typing import Any, NoReturn
 
 from trtwarm.config import Settings, env_defaults
 from trtwarm.errors import ConfigError, ModelError, TrtwarmError, exit_code_for, hint_for
-from trtwarm.remote.client import Client
-from trtwarm.remote.repo import Repository
+from trtwarm.remote.backend import open_repository, parse_remote
 from trtwarm.remote.sync import RemoteSync
-from trtwarm.remote.url import parse
 
 log = logging.getLogger("trtwarm.cli.prebuild")
 
@@ -119,12 +117,14 @@ def _one(label: str, settings: Settings, sync: RemoteSync) -> str:
 def run(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm prebuild``: one progress line per row, a summary table; exit status of the first failure."""
     if not ns.remote:
-        raise ConfigError("prebuild needs --remote s3://BUCKET/PREFIX (or TRTWARM_REMOTE)")
-    remote = parse(ns.remote, environ)
+        raise ConfigError("prebuild needs --remote s3://BUCKET/PREFIX or oci://REGISTRY/REPOSITORY (or "
+                          "TRTWARM_REMOTE)")
+    remote = parse_remote(ns.remote, environ, insecure=ns.insecure_registry)
     rows = matrix_rows(Path(ns.matrix))
+    image = _image_target(ns, environ)
     # the repository once, first: wrong credentials, a missing bucket or a dead endpoint fail the run with their
     # own exit code and hint, instead of each row retrying and failing alike
-    next(iter(Repository(Client(remote)).keys()), None)
+    next(iter(open_repository(remote).keys()), None)
     work = Path(tempfile.mkdtemp(prefix="trtwarm-prebuild-"))  # hand-offs, and the cache unless --cache-dir
     try:
         return _run_rows(rows, ns, environ, remote, Path(ns.cache_dir) if ns.cache_dir else work / "cache", work)
