@@ -8,7 +8,7 @@ and the config blob's bytes against its descriptor, and requires the layers to l
 First-writer-wins: the distribution spec has no create-only tag PUT (Distribution 2.8 answers 201 to
 ``If-None-Match: *`` on an existing tag and moves it), so refs use the read-back protocol the S3 path keeps for stores
 without conditional writes: look for the tag, PUT the manifest when absent, read the tag back and adopt what is
-there. A registry with tag immutability (ECR, Harbor, ACR, GitLab) refuses the second PUT: that refusal is the
+there, after a short settle (:data:`SETTLE`) that lets every racer's PUT land. A registry with tag immutability (ECR, Harbor, ACR, GitLab) refuses the second PUT: that refusal is the
 first-writer-wins it promises, and the pusher adopts the winner. Without it, two pushers inside the window can both
 write; both manifests name complete blobs, and the replaced pusher logs a warning (and counts a ``conflict`` when
 the engines differ). ``remote gc`` deletes manifests only: blobs are the registry's own garbage collection's.
@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,6 +29,11 @@ from trtwarm.remote.oci.layout import MANIFEST, REF_TYPE, canonical, check_entry
 from trtwarm.remote.repo import REF_LIMIT, Repository, check_ref, manifest_files
 
 log = logging.getLogger("trtwarm.remote")
+#: how long a pusher waits before reading the tag back: every racer that looked for the tag before this one's PUT
+#: landed has PUT its own by then (a look, a small config upload and a PUT: milliseconds), so the read-back sees the
+#: last writer and every racer adopts the same manifest (measured: without it, eight racers on loopback adopted
+#: manifests that a later PUT replaced)
+SETTLE = 2.0
 _IMMUTABLE = ("immutab", "already exists", "cannot be overwritten", "ImageTagAlreadyExists")
 
 
@@ -121,6 +127,7 @@ class OciRepository(Repository):
                     raise self.client.fail(response, "PUT", f"manifest {key[:16]}")
                 log.info("%s refused to move the tag %s (tag immutability): another pusher was first", self.url,
                          key[:16])
+        time.sleep(SETTLE)
         winner = self.get_ref(key)
         if winner is None:
             raise RemoteError(f"{self.url}:{key[:16]} vanished right after it was written",
