@@ -74,6 +74,9 @@ def add_run_flags(init: argparse.ArgumentParser) -> None:
                       "building, push after (endpoint and credentials from the AWS_* variables); or "
                       "oci://REGISTRY/REPOSITORY (credentials from the registry auth file)")
     add_insecure_flag(init)
+    init.add_argument("--seed-cache", action="append", default=[], metavar="DIR", help="a read-only lower tier "
+                      "looked up after --cache-dir and before --remote, handed over in place (repeatable; e.g. an "
+                      "engine image mounted at /models: /models/cache)")
     init.add_argument("--remote-push", default="best-effort", choices=["off", "best-effort", "required"],
                       help="push a fresh build to --remote (%(default)s: a failed push is logged, never fatal)")
 
