@@ -8,8 +8,9 @@ and the config blob's bytes against its descriptor, and requires the layers to l
 First-writer-wins: the distribution spec has no create-only tag PUT (Distribution 2.8 answers 201 to
 ``If-None-Match: *`` on an existing tag and moves it), so refs use the read-back protocol the S3 path keeps for stores
 without conditional writes: look for the tag, PUT the manifest when absent, read the tag back and adopt what is
-there, after a short settle (:data:`SETTLE`) that lets every racer's PUT land. A registry with tag immutability (ECR, Harbor, ACR, GitLab) refuses the second PUT: that refusal is the
-first-writer-wins it promises, and the pusher adopts the winner. Without it, two pushers inside the window can both
+there, after a short settle (:data:`SETTLE`) that lets every racer's PUT land. A registry with tag immutability
+(ECR, Harbor, ACR, GitLab) refuses the second PUT: that refusal is the first-writer-wins it promises, and the pusher
+adopts the winner. Without it, two pushers inside the window can both
 write; both manifests name complete blobs, and the replaced pusher logs a warning (and counts a ``conflict`` when
 the engines differ). ``remote gc`` deletes manifests only: blobs are the registry's own garbage collection's.
 """
