@@ -218,6 +218,7 @@ class OciClient:
         digest = digest_of(path)
         response = self.request("GET", self.blob_url(digest), stream=True,
                                 headers={"Range": f"bytes={start}-{start + length - 1}"})
+        complete = False
         try:
             if response.status == 404:
                 raise FileNotFoundError(digest)
@@ -231,12 +232,13 @@ class OciClient:
                     data, skip = data[cut:], skip - cut
                 if data:
                     yield memoryview(data)
+            complete = True
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             if isinstance(exc, FileNotFoundError):
                 raise
             raise RemoteUnreachable(f"GET {self.remote.url} {digest[:23]}: the body broke off ({exc})") from None
         finally:
-            response.release_conn()
+            _release(response, complete)
 
     def get_blob(self, digest: str, limit: int) -> bytes | None:
         """A small blob's bytes (at most *limit*), or None when absent. Not verified here: the caller does."""
@@ -252,7 +254,7 @@ class OciClient:
                 raise RemoteError(f"{self.remote.url} blob {digest[:23]} is more than {limit} bytes")
             return bytes(data)
         finally:
-            response.release_conn()
+            _release(response, False)
 
     def upload(self, digest: str, body: bytes | BinaryIO, size: int) -> None:
         """Upload a blob monolithically (POST, then one streamed PUT with ``?digest=``; the registry checks the
@@ -288,7 +290,7 @@ class OciClient:
                 raise RemoteError(f"{self.remote.url} manifest {reference[:23]} is more than {MANIFEST_LIMIT} bytes")
             return bytes(data), response.headers.get("Docker-Content-Digest")
         finally:
-            response.release_conn()
+            _release(response, False)
 
     def put_manifest(self, reference: str, data: bytes, media_type: str) -> Any:
         """PUT a manifest at a tag or digest; the answer is returned for the caller to judge."""
@@ -325,6 +327,15 @@ class OciClient:
             url = None
             if 'rel="next"' in link and link.startswith("<"):
                 url = urljoin(f"{self.remote.scheme}://{self.remote.registry}/", link[1:link.index(">")])
+
+
+def _release(response: Any, complete: bool) -> None:
+    """Give the connection back to the pool, or close it when its body may be unread (a refused oversized answer, a
+    range abandoned midway): a connection with bytes left in it would hand them to the next request."""
+    remaining = response.length_remaining  # None: a chunked body, whose end is unknown until read
+    if not complete and not response.isclosed() and (remaining is None or remaining > 0):
+        response.close()  # closing is cheaper than reading what is left
+    response.release_conn()
 
 
 __all__ = ["MANIFEST_LIMIT", "OciClient", "digest_of", "registry_error"]
