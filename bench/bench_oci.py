@@ -45,7 +45,8 @@ def bench_oci(work: Path, size: int = 1024 * MiB, rounds: int = 5) -> dict[str, 
     server = Registry(work / "registry").start()
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TRTWARM_", "REGISTRY_"))}
-        env.update(PYTHONPATH=str(ROOT), HOME=str(work))
+        env.update(PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
+                   HOME=str(work))
         url = f"oci://{server.addr}/engines/bench"
         client = OciClient(parse(url, env))
         blob, row = _blob(work, size)
