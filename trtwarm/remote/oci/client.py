@@ -15,6 +15,7 @@ The path interface the shared pull and push use (``head``, ``stream_range``, ``p
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,12 +24,10 @@ from urllib.parse import urlencode, urljoin
 
 from trtwarm.errors import ConfigError, RemoteAuthError, RemoteError, RemoteUnreachable
 from trtwarm.remote.oci.auth import Credentials, load_credentials, parse_challenge, token_from
-from trtwarm.remote.oci.url import OciURL
+from trtwarm.remote.oci.failures import AUTH_HINT, failure, registry_error, unreachable
+from trtwarm.remote.oci.url import OciURL, is_loopback
 
 MANIFEST_LIMIT = 4 << 20
-_AUTH_HINT = ("check the registry credentials: the auth file (REGISTRY_AUTH_FILE, ~/.docker/config.json, or the "
-              "mounted image pull secret's .dockerconfigjson) and that they may pull (and, to push, push) the "
-              "repository")
 
 
 def digest_of(path: str) -> str:
@@ -37,15 +36,6 @@ def digest_of(path: str) -> str:
     if len(parts) != 3 or parts[:2] != ["blobs", "sha256"]:
         raise ValueError(f"not a blob path: {path}")
     return f"sha256:{parts[2]}"
-
-
-def registry_error(body: bytes) -> str:
-    """``CODE: message`` of a distribution-spec error body (the first error), or a short excerpt."""
-    try:
-        first = json.loads(body)["errors"][0]
-        return f"{first.get('code')}: {str(first.get('message'))[:200]}"
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-        return body[:120].decode("utf-8", "replace").strip()
 
 
 class OciClient:
@@ -112,20 +102,11 @@ class OciClient:
         raise AssertionError("unreachable")
 
     def _unreachable(self, exc: Exception, method: str, url: str) -> RemoteError:
-        import urllib3
+        return unreachable(self.remote, exc, method, url)
 
-        reason = getattr(exc, "reason", None) or exc
-        where = f"{method} {url}"
-        if isinstance(reason, urllib3.exceptions.SSLError):
-            return RemoteUnreachable(f"{where}: {self.remote.registry} did not answer in TLS ({str(reason)[:120]})",
-                                     hint="a plain-http registry needs --insecure-registry (or "
-                                     "TRTWARM_OCI_ALLOW_HTTP=true); else check its certificate")
-        if isinstance(exc, urllib3.exceptions.MaxRetryError) and isinstance(reason, urllib3.exceptions.ResponseError):
-            return RemoteError(f"{where}: the registry kept failing after {self.remote.retries} retries ({reason})")
-        text = str(reason).split(": ", 1)[-1][:200]
-        return RemoteUnreachable(f"{where}: {self.remote.registry} did not answer after {self.remote.retries} "
-                                 f"retries ({text})", hint=f"check the registry address in --remote "
-                                 f"{self.remote.url}, DNS and network policies from this Pod to it")
+    def fail(self, response: Any, op: str, what: str) -> RemoteError:
+        """The typed error of an unexpected answer."""
+        return failure(self.remote, self.credentials, response, op, what)
 
     def _answer(self, challenge: str, push: bool, method: str, url: str) -> None:
         """Get an ``Authorization`` value for *challenge*. :raises RemoteAuthError: no way to answer it"""
@@ -133,17 +114,17 @@ class OciClient:
             scheme, params = parse_challenge(challenge)
         except ValueError:
             raise RemoteAuthError(f"{method} {url}: the registry asks for credentials with an unreadable challenge "
-                                  f"{challenge[:80]!r}", hint=_AUTH_HINT) from None
+                                  f"{challenge[:80]!r}", hint=AUTH_HINT) from None
         creds = self.credentials
         if scheme == "basic":
             if creds is None or not creds.username:
                 raise RemoteAuthError(f"{method} {url}: the registry asks for credentials and none are configured "
-                                      f"for {self.remote.registry}", hint=_AUTH_HINT)
+                                      f"for {self.remote.registry}", hint=AUTH_HINT)
             value = creds.basic()
         elif scheme == "bearer" and params.get("realm"):
             value = "Bearer " + self._token(params, push, creds)
         else:
-            raise RemoteAuthError(f"{method} {url}: unsupported authentication scheme {scheme!r}", hint=_AUTH_HINT)
+            raise RemoteAuthError(f"{method} {url}: unsupported authentication scheme {scheme!r}", hint=AUTH_HINT)
         with self._lock:
             self._tokens[push] = value
 
@@ -151,6 +132,11 @@ class OciClient:
         scope = params.get("scope") or f"repository:{self.remote.repository}:{'pull,push' if push else 'pull'}"
         query = {"service": params.get("service", ""), "scope": scope}
         realm = params["realm"]
+        host = re.sub(r"^[a-z]+://", "", realm).split("/", 1)[0]
+        if creds is not None and not realm.startswith("https://") and not (self.remote.allow_http or is_loopback(host)):
+            raise RemoteAuthError(f"the registry {self.remote.registry} sends its token requests to {realm[:80]}, "
+                                  "which is not https: the credentials are not sent in clear", hint="fix the "
+                                  "registry's token realm, or pass --insecure-registry if this network is trusted")
         if creds is not None and creds.identity_token:
             form = urlencode({**query, "grant_type": "refresh_token", "refresh_token": creds.identity_token,
                               "client_id": "trtwarm"}).encode()
@@ -160,7 +146,7 @@ class OciClient:
             response = self._plain("GET", f"{realm}?{urlencode(query)}", None, headers)
         if response.status in (401, 403):
             raise RemoteAuthError(f"the token service {realm} refused the credentials for {self.remote.registry} "
-                                  f"(status {response.status}: {registry_error(response.data)})", hint=_AUTH_HINT)
+                                  f"(status {response.status}: {registry_error(response.data)})", hint=AUTH_HINT)
         try:
             if response.status != 200:
                 raise ValueError(f"status {response.status}")
@@ -175,17 +161,6 @@ class OciClient:
             return self.http.request(method, url, body=body, headers=headers)
         except urllib3.exceptions.HTTPError as exc:
             raise self._unreachable(exc, method, url) from None
-
-    def fail(self, response: Any, op: str, what: str) -> RemoteError:
-        """The typed error of an unexpected answer (the body already read or not)."""
-        detail = registry_error(response.data if response.data is not None else b"")
-        for secret in (self.credentials.secrets() if self.credentials else ()):
-            detail = detail.replace(secret, "***")
-        where = f"{op} {self.remote.url} {what}"
-        if response.status in (401, 403):
-            return RemoteAuthError(f"{where}: the registry refused the credentials or the operation: status "
-                                   f"{response.status} ({detail})", hint=_AUTH_HINT)
-        return RemoteError(f"{where}: status {response.status} ({detail})")
 
     # --- blobs ----------------------------------------------------------------------------------------------------
     def blob_url(self, digest: str) -> str:
@@ -338,4 +313,4 @@ def _release(response: Any, complete: bool) -> None:
     response.release_conn()
 
 
-__all__ = ["MANIFEST_LIMIT", "OciClient", "digest_of", "registry_error"]
+__all__ = ["MANIFEST_LIMIT", "OciClient", "digest_of"]
