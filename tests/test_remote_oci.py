@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import cmd_init_args, debris, entries, ort_init_args, run_trtwarm, spawn, wait_until
-from registry import Registry, registry_binary
+from registry import Registry, TokenServer, registry_binary
 from s3server import free_ports
 
 if registry_binary() is None:
@@ -236,6 +236,33 @@ def test_htpasswd_auth_through_the_auth_file_and_every_refusal_its_exit_code(
     (tmp_path / "bad.json").write_text('{"auths": {"x": {"auth": "not base64!"}}}')
     bad = run_trtwarm("remote", "ls", "--remote", url, env={**env, "REGISTRY_AUTH_FILE": str(tmp_path / "bad.json")})
     assert bad.returncode == 2 and "malformed" in bad.stderr, bad.stderr  # fails closed, never anonymous
+
+
+def test_the_bearer_token_flow_of_a_token_authenticated_registry(
+        env: dict[str, str], model: Path, tmp_path: Path) -> None:
+    """Distribution with ``auth.token`` (the scheme of Docker Hub, GHCR, Harbor, Quay): a 401 names the realm, the
+    client fetches a token there with its Basic credentials and retries; anonymous gets no access."""
+    (tmp_path / "reg").mkdir()
+    tokens = TokenServer(tmp_path / "reg", ("robot", "token-secret-31415"))
+    server = Registry(tmp_path / "reg", token=tokens).start()
+    try:
+        url = f"oci://{server.addr}/engines/bearer"
+        anonymous = run_trtwarm("remote", "ls", "--remote", url, env=env)
+        assert anonymous.returncode == 11, anonymous.stderr
+        good = {**env, "REGISTRY_AUTH_FILE": str(server.auth_file(tmp_path / "auth.json", tokens.user))}
+        push = run_trtwarm(*ort_init_args(model, tmp_path / "a", tmp_path / "ha", "--remote", url), env=good)
+        assert push.returncode == 0 and handoff_doc(tmp_path / "ha")["remote"]["push"] == "pushed", push.stderr
+        pull = run_trtwarm(*ort_init_args(model, tmp_path / "b", tmp_path / "hb", "--remote", url, "--read-only"),
+                           env=good)
+        assert pull.returncode == 0 and pull.summary["result"] == "pulled", pull.stderr
+        assert engine_sha(tmp_path / "hb") == engine_sha(tmp_path / "ha") and tokens.issued >= 3
+        wrong = {**env, "REGISTRY_AUTH_FILE": str(server.auth_file(tmp_path / "w.json", ("robot", "nope-nope")))}
+        refused = run_trtwarm("remote", "ls", "--remote", url, env=wrong)
+        assert refused.returncode == 11 and "token service" in refused.stderr, refused.stderr
+        assert "token-secret-31415" not in push.stderr + pull.stderr + refused.stderr
+    finally:
+        server.stop()
+        tokens.stop()
 
 
 def test_prebuild_fills_the_registry_and_coverage_reads_it(
