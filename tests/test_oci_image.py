@@ -97,6 +97,23 @@ def test_the_engine_image_is_a_real_image_whose_layer_is_the_volume_layout(
     assert prebuild_image(registry, env, model, tmp_path, "v2", signed[0]) == digest  # same entries, same image
 
 
+def test_an_engine_image_without_a_repository_and_a_dead_registry_before_any_build(
+        registry: Registry, env: dict[str, str], model: Path, tmp_path: Path) -> None:
+    matrix = tmp_path / "matrix.json"
+    matrix.write_text(json.dumps({"models": [{"model": str(model), "shape": ["input=1x16:8x16:32x16"]}],
+                                  "options": {"builder": "onnxruntime"}}))
+    alone = run_trtwarm("prebuild", "--matrix", str(matrix), "--oci-image", f"{registry.addr}/engines/image:alone",
+                        env=env)
+    assert alone.returncode == 0 and "engine image" in alone.stdout, alone.stderr
+    with tarfile.open(fileobj=io.BytesIO(layer_of(registry, "alone")[2])) as tar:
+        assert any(n.endswith("/model.ort.onnx") for n in tar.getnames())
+    dead = run_trtwarm("prebuild", "--matrix", str(matrix), "--oci-image", "127.0.0.1:9/engines/image:x",
+                       env={**env, "TRTWARM_REMOTE_RETRIES": "1"})
+    assert dead.returncode == 13 and "building" not in dead.stderr, dead.stderr
+    bad = run_trtwarm("prebuild", "--matrix", str(matrix), "--oci-image", f"{registry.addr}/engines/image", env=env)
+    assert bad.returncode == 2 and "has no tag" in bad.stderr, bad.stderr
+
+
 def _unpack(layer: bytes, dest: Path) -> Path:
     dest.mkdir()
     with tarfile.open(fileobj=io.BytesIO(layer)) as tar:

@@ -98,9 +98,10 @@ def settings_for(flags: list[str], environ: Mapping[str, str], **extra: Any) -> 
     return Settings.from_namespace(ns, environ)
 
 
-def _one(label: str, settings: Settings, sync: RemoteSync, keep: list[tuple[str, str]] | None = None) -> str:
+def _one(label: str, settings: Settings, sync: RemoteSync | None, keep: list[tuple[str, str]] | None = None) -> str:
     """Build and push one row unless the remote has it. :return: what happened
 
+    :param sync: None without ``--remote`` (``--oci-image`` alone): build into the local cache only
     :param keep: for ``--oci-image``: the row's ``(key, entry name)`` is added, and an entry the remote has is
         pulled into the local cache (the image is made from it)
     """
@@ -110,6 +111,8 @@ def _one(label: str, settings: Settings, sync: RemoteSync, keep: list[tuple[str,
     plan = resolve(settings)
     if keep is not None:
         keep.append((plan.key, plan.name))
+    if sync is None:
+        return "present in the cache" if plan.store.lookup(plan.key, plan.name) else warm(settings).result
     if sync.repo.get_ref(plan.key) is not None:
         if keep is not None and plan.store.lookup(plan.key, plan.name) is None:
             sync.strict = True  # a refused or failing pull fails the row: the image must hold every row
@@ -126,15 +129,16 @@ def _one(label: str, settings: Settings, sync: RemoteSync, keep: list[tuple[str,
 
 def run(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm prebuild``: one progress line per row, a summary table; exit status of the first failure."""
-    if not ns.remote:
+    if not ns.remote and not ns.oci_image:
         raise ConfigError("prebuild needs --remote s3://BUCKET/PREFIX or oci://REGISTRY/REPOSITORY (or "
-                          "TRTWARM_REMOTE)")
-    remote = parse_remote(ns.remote, environ, insecure=ns.insecure_registry)
+                          "TRTWARM_REMOTE), or --oci-image REGISTRY/REPOSITORY:TAG")
+    remote = parse_remote(ns.remote, environ, insecure=ns.insecure_registry) if ns.remote else None
     rows = matrix_rows(Path(ns.matrix))
     _image_target(ns, environ)  # a malformed --oci-image fails before any build
     # the repository once, first: wrong credentials, a missing bucket or a dead endpoint fail the run with their
     # own exit code and hint, instead of each row retrying and failing alike
-    next(iter(open_repository(remote).keys()), None)
+    if remote is not None:
+        next(iter(open_repository(remote).keys()), None)
     work = Path(tempfile.mkdtemp(prefix="trtwarm-prebuild-"))  # hand-offs, and the cache unless --cache-dir
     try:
         return _run_rows(rows, ns, environ, remote, Path(ns.cache_dir) if ns.cache_dir else work / "cache", work)
@@ -153,7 +157,7 @@ def _run_rows(rows: list[tuple[str, list[str]]], ns: argparse.Namespace, environ
         try:
             settings = settings_for(flags, environ, cache_dir=str(cache), remote=ns.remote,
                                     remote_push="required", handoff_dir=str(work / "handoff" / str(index)))
-            sync = RemoteSync(remote, _store(settings), push="required")
+            sync = RemoteSync(remote, _store(settings), push="required") if remote is not None else None
             outcome = _one(label, settings, sync, keep)
         except TrtwarmError as exc:
             codes.append(exit_code_for(exc))
@@ -188,6 +192,11 @@ def _image_target(ns: argparse.Namespace, environ: Mapping[str, str]) -> Any:
                           "registry.example.com/engines/resnet50:server-24.12 (a tag per server release)") from None
     if tag is None:
         raise ConfigError(f"--oci-image {ns.oci_image!r} has no tag", hint="add :TAG, e.g. the server image's release")
+    from trtwarm.remote.oci.client import OciClient
+    from trtwarm.remote.oci.url import parse as parse_oci
+
+    # the registry once, before any build: wrong credentials or a dead registry fail with their own exit code
+    OciClient(parse_oci(f"oci://{_registry}/{_repository}", environ, insecure=ns.insecure_registry)).check_bucket()
     return tag
 
 
