@@ -7,6 +7,7 @@ stop here); :mod:`trtwarm.init.warm` acts on the plan.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -136,8 +137,9 @@ def resolve(settings: Settings) -> Plan:
     book = _stamps(settings, gate.mode != "off")
     builder = get_builder(settings)
     identity = builder.identity()
+    read_only = settings.read_only or (layout.root.is_dir() and not os.access(layout.root, os.W_OK))
     memo, rehash, fallback = _memo_dir(layout, book, gate.mode != "off",
-                                       _node_memo(settings) if not layout.statcache.is_dir() else None)
+                                       _node_memo(settings) if read_only and not layout.statcache.is_dir() else None)
     facts, _cached = inspect_model(settings.model, memo, rehash=rehash, fallback=fallback)
     doc = key_document(model_fields(facts), identity, builder.device(), builder.build_fields(facts))
     key = key_of(doc)
