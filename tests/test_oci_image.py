@@ -55,15 +55,16 @@ def signed(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def prebuild_image(registry: Registry, env: dict[str, str], model: Path, tmp_path: Path, tag: str,
-                   signing_key: Path | None = None) -> str:
+                   signing_key: Path | None = None, refs: str | None = None) -> str:
+    """Prebuild the matrix into the repository ``engines/refs-TAG`` (or *refs*) and push the image ``:TAG``."""
     matrix = tmp_path / "matrix.json"
     matrix.write_text(json.dumps({"models": [{"model": model.name, "shape": ["input=1x16:8x16:32x16"]}],
                                   "options": {"builder": "onnxruntime"}}))
     if not (tmp_path / model.name).exists():
         (tmp_path / model.name).write_bytes(model.read_bytes())
     extra = {"TRTWARM_SIGNING_KEY": str(signing_key)} if signing_key else {}
-    run = run_trtwarm("prebuild", "--matrix", str(matrix), "--remote", f"oci://{registry.addr}/engines/refs",
-                      "--oci-image", f"{registry.addr}/engines/image:{tag}", env={**env, **extra})
+    repository = f"oci://{registry.addr}/engines/{refs or 'refs-' + tag}"
+    run = run_trtwarm("prebuild", "--matrix", str(matrix), "--remote", repository, "--oci-image", f"{registry.addr}/engines/image:{tag}", env={**env, **extra})
     assert run.returncode == 0, run.stderr
     return run.stdout.strip().splitlines()[-1].rsplit("@", 1)[1]
 
@@ -94,7 +95,8 @@ def test_the_engine_image_is_a_real_image_whose_layer_is_the_volume_layout(
     for m in members:
         assert (m.uid, m.gid, m.mtime) == (0, 0, 0)
         assert m.mode == (0o755 if m.isdir() else 0o644) and (m.isdir() or m.isfile()), m.name
-    assert prebuild_image(registry, env, model, tmp_path, "v2", signed[0]) == digest  # same entries, same image
+    again = prebuild_image(registry, env, model, tmp_path, "v2", signed[0], refs="refs-v1")  # pulls the same entries
+    assert again == digest  # same entries, same image
 
 
 def test_an_engine_image_without_a_repository_and_a_dead_registry_before_any_build(
