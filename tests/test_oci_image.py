@@ -64,7 +64,8 @@ def prebuild_image(registry: Registry, env: dict[str, str], model: Path, tmp_pat
         (tmp_path / model.name).write_bytes(model.read_bytes())
     extra = {"TRTWARM_SIGNING_KEY": str(signing_key)} if signing_key else {}
     repository = f"oci://{registry.addr}/engines/{refs or 'refs-' + tag}"
-    run = run_trtwarm("prebuild", "--matrix", str(matrix), "--remote", repository, "--oci-image", f"{registry.addr}/engines/image:{tag}", env={**env, **extra})
+    run = run_trtwarm("prebuild", "--matrix", str(matrix), "--remote", repository, "--oci-image",
+                      f"{registry.addr}/engines/image:{tag}", env={**env, **extra})
     assert run.returncode == 0, run.stderr
     return run.stdout.strip().splitlines()[-1].rsplit("@", 1)[1]
 
