@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import logging
 import platform
 import tarfile
@@ -24,7 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from trtwarm.errors import RemoteError, VolumeError
+from trtwarm.errors import VolumeError
 from trtwarm.remote.oci.client import OciClient
 from trtwarm.remote.oci.layout import MANIFEST, canonical, descriptor
 from trtwarm.remote.repo import manifest_files
@@ -134,17 +133,6 @@ def push_image(client: OciClient, tag: str, cache: Path, entries: list[tuple[Pat
     log.info("pushed the engine image %s:%s@%s: %d entries, layer %.1f MiB", client.remote.url.removeprefix("oci://"),
              tag, digest, len(entries), size / 2**20)
     return digest
-
-
-def parse_manifest(data: bytes) -> dict[str, Any]:
-    """An engine image's manifest, checked enough to find its layer. :raises RemoteError:"""
-    try:
-        doc = json.loads(data)
-        [layer] = doc["layers"]
-        assert layer["mediaType"] == LAYER_TYPE
-        return doc
-    except (ValueError, KeyError, TypeError, AssertionError):
-        raise RemoteError("not a trtwarm engine image (one uncompressed tar layer)") from None
 
 
 __all__ = ["CONFIG_TYPE", "IMAGE_TYPE", "LAYER_TYPE", "entry_files", "image_config", "push_image", "write_layer"]
