@@ -36,6 +36,7 @@ class Registry:
     workdir: Path
     user: tuple[str, str] | None = None  # (name, password): htpasswd auth
     token: TokenServer | None = None  # bearer-token auth through this token service
+    accesslog: bool = False  # log every request (path included) to registry.log
     proc: subprocess.Popen[bytes] | None = None
     addr: str = ""
     log: Path = field(init=False)
@@ -59,7 +60,7 @@ class Registry:
             auth = (f"auth:\n  token:\n    realm: {self.token.realm}\n    service: {TokenServer.SERVICE}\n"
                     f"    issuer: {TokenServer.ISSUER}\n    rootcertbundle: {self.token.cert}\n")
         (self.workdir / "config.yml").write_text(
-            "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: true\n"
+            f"version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: {str(not self.accesslog).lower()}\n"
             f"storage:\n  filesystem:\n    rootdirectory: {self.data}\n  delete:\n    enabled: true\n"
             "  maintenance:\n    uploadpurging:\n      enabled: false\n"
             f"http:\n  addr: 127.0.0.1:0\n  secret: {secrets.token_hex(16)}\n{auth}")

@@ -174,6 +174,33 @@ def test_an_altered_manifest_whose_layers_disagree_with_the_ref_is_refused(
     assert entries(tmp_path / "b") == []
 
 
+def test_an_untrusted_ref_is_refused_before_a_byte_of_its_engine_is_fetched(
+        env: dict[str, str], model: Path, tmp_path: Path) -> None:
+    for name in ("ci", "other"):
+        assert run_trtwarm("keys", "generate", "--out", str(tmp_path / name)).returncode == 0
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"mode": "enforce", "keys": [{"name": "other", "public_key_file": "other.pub"}]}))
+    (tmp_path / "reg").mkdir()
+    server = Registry(tmp_path / "reg", accesslog=True).start()
+    try:
+        url = f"oci://{server.addr}/engines/trust"
+        push = run_trtwarm(*ort_init_args(model, tmp_path / "a", tmp_path / "ha", "--remote", url, "--signing-key",
+                                          str(tmp_path / "ci.key")), env=env)
+        assert push.returncode == 0, push.stderr
+        blob = f"blobs/sha256:{engine_sha(tmp_path / 'ha')}"
+        before = server.log.read_text().count(f"GET /v2/engines/trust/{blob}")
+        run = run_trtwarm(*ort_init_args(model, tmp_path / "b", tmp_path / "hb", "--remote", url, "--read-only",
+                                         "--trust-policy", str(policy)), env=env)
+        assert run.returncode == 7 and entries(tmp_path / "b") == [], run.stderr
+        assert server.log.read_text().count(f"GET /v2/engines/trust/{blob}") == before  # the engine never fetched
+        assert f"GET /v2/engines/trust/manifests/{handoff_doc(tmp_path / 'ha')['key']}" in server.log.read_text()
+        trusting = run_trtwarm(*ort_init_args(model, tmp_path / "c", tmp_path / "hc", "--remote", url, "--read-only"),
+                               env=env)  # no policy: pulled, and the log shows its blob GETs (the check above counts)
+        assert trusting.returncode == 0 and server.log.read_text().count(f"GET /v2/engines/trust/{blob}") > before
+    finally:
+        server.stop()
+
+
 def test_an_unreachable_registry_builds_or_fails_with_its_own_code(
         env: dict[str, str], model: Path, tmp_path: Path) -> None:
     url = f"oci://127.0.0.1:{free_ports(1)[0]}/engines/dead"
