@@ -201,6 +201,24 @@ def test_an_untrusted_ref_is_refused_before_a_byte_of_its_engine_is_fetched(
         server.stop()
 
 
+def test_a_chunked_upload_lands_the_same_blob_and_a_wrong_digest_is_refused(registry: Registry, url: str,
+                                                                            tmp_path: Path) -> None:
+    """The PATCH upload (for a registry behind a proxy that refuses a whole engine in one request: 413)."""
+    from trtwarm.errors import RemoteError
+    from trtwarm.remote.oci.client import OciClient
+    from trtwarm.remote.oci.url import parse
+
+    client = OciClient(parse(url, {"TRTWARM_REMOTE_CHUNK": "1M", "HOME": str(tmp_path)}))
+    data = os.urandom((5 << 20) + 12345)  # five whole parts and a short one
+    digest = f"sha256:{hashlib.sha256(data).hexdigest()}"
+    (tmp_path / "blob").write_bytes(data)
+    with open(tmp_path / "blob", "rb") as handle:
+        client.upload(digest, handle, len(data), chunked=True)
+    assert registry.get(f"{repo_of(url)}/blobs/{digest}")[0] == data
+    with pytest.raises(RemoteError, match="DIGEST_INVALID"):
+        client.upload(f"sha256:{'0' * 64}", data, len(data), chunked=True)
+
+
 def test_an_unreachable_registry_builds_or_fails_with_its_own_code(
         env: dict[str, str], model: Path, tmp_path: Path) -> None:
     url = f"oci://127.0.0.1:{free_ports(1)[0]}/engines/dead"
