@@ -14,7 +14,6 @@ The path interface the shared pull and push use (``head``, ``stream_range``, ``p
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import threading
@@ -232,51 +231,11 @@ class OciClient:
         finally:
             _release(response, False)
 
-    def _start_upload(self) -> str:
-        response = self.request("POST", f"{self.remote.base}/blobs/uploads/", push=True)
-        if response.status != 202 or not response.headers.get("Location"):
-            raise self.fail(response, "POST", "blobs/uploads/")
-        return self._location(response)
-
-    def _location(self, response: Any) -> str:
-        return urljoin(f"{self.remote.scheme}://{self.remote.registry}/", response.headers["Location"])
-
     def upload(self, digest: str, body: bytes | BinaryIO, size: int, *, chunked: bool = False) -> None:
-        """Upload a blob: monolithically (POST, then one streamed PUT with ``?digest=``), or in PATCHes of
-        ``TRTWARM_REMOTE_CHUNK`` when *chunked* or when the registry (or a proxy before it) answers 413 to the whole
-        blob; either way the registry checks the digest. :raises RemoteError:"""
-        location = self._start_upload()
-        if not chunked:
-            url = location + ("&" if "?" in location else "?") + urlencode({"digest": digest})
-            response = self.request("PUT", url, push=True, body=body, read_timeout=self.remote.timeout,
-                                    headers={"Content-Type": "application/octet-stream", "Content-Length": str(size)})
-            if response.status == 201:
-                return
-            if response.status != 413 or isinstance(body, bytes):
-                raise self.fail(response, "PUT", f"blob {digest[:23]}")
-            body.seek(0)  # too large for one request: start again in parts
-            location = self._start_upload()
-        self._patches(location, digest, body, size)
+        """Upload a blob (:func:`trtwarm.remote.oci.upload.upload`). :raises RemoteError:"""
+        from trtwarm.remote.oci.upload import upload
 
-    def _patches(self, location: str, digest: str, body: bytes | BinaryIO, size: int) -> None:
-        """The chunked upload: PATCHes of at most one part each (bounded memory), then the closing PUT."""
-        stream = io.BytesIO(body) if isinstance(body, bytes) else body
-        sent = 0
-        while sent < size:
-            part = stream.read(min(self.remote.chunk, size - sent))
-            if not part:
-                raise RemoteError(f"the file for blob {digest[:23]} ended at {sent} bytes, before {size}")
-            response = self.request("PATCH", location, push=True, body=part, read_timeout=self.remote.timeout,
-                                    headers={"Content-Type": "application/octet-stream",
-                                             "Content-Range": f"{sent}-{sent + len(part) - 1}",
-                                             "Content-Length": str(len(part))})
-            if response.status != 202 or not response.headers.get("Location"):
-                raise self.fail(response, "PATCH", f"blob {digest[:23]}")
-            location, sent = self._location(response), sent + len(part)
-        url = location + ("&" if "?" in location else "?") + urlencode({"digest": digest})
-        response = self.request("PUT", url, push=True, headers={"Content-Length": "0"})
-        if response.status != 201:
-            raise self.fail(response, "PUT", f"blob {digest[:23]}")
+        upload(self, digest, body, size, chunked=chunked)
 
     def put_file(self, path: str, file: Path, part_size: int, concurrency: int) -> None:  # noqa: ARG002
         """The shared push's view: upload *file* as the blob at ``blobs/sha256/<hex>`` (streamed, bounded memory)."""
