@@ -189,6 +189,8 @@ class Settings:
     triton_model: str | None = None
     remote: str | None = None  # s3://bucket/prefix of the central engine repository (trtwarm.remote)
     remote_push: str = "best-effort"
+    seed_caches: tuple[Path, ...] = ()  # --seed-cache: read-only lower tiers, e.g. an engine image (trtwarm.init.seed)
+    insecure_registry: bool = False  # --insecure-registry: plain HTTP to an oci:// registry (trtwarm.remote.oci)
     tensorrt_version: str | None = None  # declared TensorRT version (pull-only consumers without TensorRT)
     termination_log: Path = Path("/dev/termination-log")
     trust_policy: Path | None = None  # --trust-policy: which keys are trusted for which entries (trtwarm.trust)
@@ -237,6 +239,8 @@ class Settings:
             stamp_max_age=parse_duration(getattr(ns, "stamp_max_age", None) or "1d"),
             triton_repo=Path(triton_repo).absolute() if triton_repo else None, triton_model=triton_model,
             remote=getattr(ns, "remote", None) or None, remote_push=getattr(ns, "remote_push", "best-effort"),
+            insecure_registry=bool(getattr(ns, "insecure_registry", False)),
+            seed_caches=tuple(Path(p).absolute() for p in getattr(ns, "seed_cache", None) or ()),
             tensorrt_version=getattr(ns, "tensorrt_version", None) or None,
             termination_log=termination_log_path(environ),
             trust_policy=_path_or_none(getattr(ns, "trust_policy", None)),

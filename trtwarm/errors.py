@@ -203,11 +203,11 @@ EXIT_MEANINGS: dict[int, str] = {
        "replace it (--read-only, or no --signing-key)",
     10: "the remote repository failed: a server error after retries, a refused blob with nothing to fall back "
         "on (--read-only), a ref that is not a trtwarm ref",
-    11: "the object store refused the credentials (wrong key or secret, expired token) or the operation (a "
+    11: "the object store or registry refused the credentials (wrong key or secret, expired token) or the operation (a "
         "read-only identity pushing with --remote-push required)",
     12: "the bucket of --remote does not exist",
-    13: "the object store's endpoint did not answer after retries (with --read-only; a builder builds "
-        "instead)",
+    13: "the object store's endpoint or the registry did not answer after retries (with --read-only; a builder "
+        "builds instead)",
     14: "standard output could not be written (a full or failing file behind a redirection); also a closed pipe "
         "for verify, gc, rm and sign, whose result was cut short (for the other commands a closed pipe is the reader "
         "having what it wanted: exit 0). Not init: its result is the hand-off (engine.json and the engine link), "

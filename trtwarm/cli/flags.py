@@ -75,9 +75,20 @@ def add_run_flags(init: argparse.ArgumentParser) -> None:
     add_trust_flags(init)
     init.add_argument("--signing-key", help="sign what this Pod publishes with this private key PEM")
     init.add_argument("--remote", metavar="s3://BUCKET/PREFIX", help="central engine repository: pull before "
-                      "building, push after (endpoint and credentials from the AWS_* variables)")
+                      "building, push after (endpoint and credentials from the AWS_* variables); or "
+                      "oci://REGISTRY/REPOSITORY (credentials from the registry auth file)")
+    add_insecure_flag(init)
+    init.add_argument("--seed-cache", action="append", default=[], metavar="DIR", help="a read-only lower tier "
+                      "looked up after --cache-dir and before --remote, handed over in place (repeatable; e.g. an "
+                      "engine image mounted at /models: /models/cache)")
     init.add_argument("--remote-push", default="best-effort", choices=["off", "best-effort", "required"],
                       help="push a fresh build to --remote (%(default)s: a failed push is logged, never fatal)")
+
+
+def add_insecure_flag(p: argparse.ArgumentParser) -> None:
+    """``--insecure-registry`` (``init``, ``prebuild``, ``remote``)."""
+    p.add_argument("--insecure-registry", action="store_true", help="speak plain HTTP to an oci:// registry (a "
+                   "loopback registry always is; also TRTWARM_OCI_ALLOW_HTTP=true)")
 
 
 def add_trust_flags(p: argparse.ArgumentParser) -> None:

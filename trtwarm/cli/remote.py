@@ -15,24 +15,25 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from trtwarm.cli.flags import add_insecure_flag
 from trtwarm.errors import ConfigError, TrtwarmError, exit_code_for
-from trtwarm.remote.client import Client
+from trtwarm.remote.backend import open_repository, parse_remote
 from trtwarm.remote.repo import Repository, blob_path, manifest_files, ref_path
-from trtwarm.remote.url import parse
 
 log = logging.getLogger("trtwarm.remote")
 
 
 def add_parsers(sub: Any) -> None:
     """Add ``remote`` (with its subcommands) and ``prebuild`` to the top-level subparsers *sub*."""
-    remote = sub.add_parser("remote", help="the central engine repository on S3-compatible storage")
+    remote = sub.add_parser("remote", help="the central engine repository (S3-compatible storage or an OCI registry)")
     rsub = remote.add_subparsers(dest="remote_command", required=True, metavar="SUBCOMMAND")
     for name, func, text in (("ls", cmd_ls, "one row per ref"), ("show", cmd_show, "one ref's manifest"),
                              ("rm", cmd_rm, "remove refs (their blobs go with gc)"),
                              ("gc", cmd_gc, "retention: old refs, unreferenced blobs after a grace period"),
                              ("coverage", cmd_coverage, "which Pods would hit: matrix × GPU products")):
         p = rsub.add_parser(name, help=text)
-        p.add_argument("--remote", help="s3://BUCKET/PREFIX (TRTWARM_REMOTE)")
+        p.add_argument("--remote", help="s3://BUCKET/PREFIX or oci://REGISTRY/REPOSITORY (TRTWARM_REMOTE)")
+        add_insecure_flag(p)
         p.add_argument("--json", action="store_true")
         p.add_argument("--log-format", default="text", choices=["text", "json"])
         p.set_defaults(func=func)
@@ -55,7 +56,10 @@ def add_parsers(sub: Any) -> None:
             p.add_argument("--tensorrt", help="the servers' TensorRT, e.g. 10.16.1.11+cu12 (tensorrt rows)")
     pre = sub.add_parser("prebuild", help="CI: build on this GPU what the remote lacks, and push it")
     pre.add_argument("--matrix", required=True, help="models × precisions × options (JSON; see docs/remote.md)")
-    pre.add_argument("--remote", help="s3://BUCKET/PREFIX")
+    pre.add_argument("--remote", help="s3://BUCKET/PREFIX or oci://REGISTRY/REPOSITORY")
+    add_insecure_flag(pre)
+    pre.add_argument("--oci-image", metavar="REGISTRY/REPOSITORY:TAG", help="also push the matrix's entries as one "
+                     "engine image, for a Kubernetes image volume (see docs/oci.md)")
     pre.add_argument("--cache-dir", help="local cache to build in and reuse (default: a temporary one, removed at "
                      "the end)")
     pre.add_argument("--log-format", default="text", choices=["text", "json"])
@@ -64,8 +68,9 @@ def add_parsers(sub: Any) -> None:
 
 def _repo(ns: argparse.Namespace, environ: Mapping[str, str]) -> Repository:
     if not ns.remote:
-        raise ConfigError("no repository given", hint="pass --remote s3://BUCKET/PREFIX (or set TRTWARM_REMOTE)")
-    repo = Repository(Client(parse(ns.remote, environ)))
+        raise ConfigError("no repository given", hint="pass --remote s3://BUCKET/PREFIX or oci://REGISTRY/REPOSITORY "
+                          "(or set TRTWARM_REMOTE)")
+    repo = open_repository(parse_remote(ns.remote, environ, insecure=ns.insecure_registry))
     repo.client.check_bucket()  # a missing bucket or wrong credentials fail here, with their own exit code
     return repo
 
@@ -151,12 +156,17 @@ def cmd_rm(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
         if act:
             repo.delete_ref(key)
         if not ns.json:
-            print(f"{'removed' if act else 'would remove'} {ref_path(key)}")
+            print(f"{'removed' if act else 'would remove'} {_ref_name(repo, key)}")
     if ns.json:
-        _out({"refs": [ref_path(k) for k in keys], "done": act})
+        _out({"refs": [_ref_name(repo, k) for k in keys], "done": act})
     elif not act:
         print("(plan only: pass --yes to remove)")
     return 0
+
+
+def _ref_name(repo: Repository, key: str) -> str:
+    """``refs/<key>.json`` in a bucket, ``oci://registry/repository:<key>`` in a registry."""
+    return ref_path(key) if getattr(repo, "lists_blobs", True) else f"{repo.url}:{key}"
 
 
 def cmd_gc(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
@@ -172,6 +182,8 @@ def cmd_gc(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     blobs = list(repo.blobs())  # blobs first: one uploaded after this listing is not in the plan at all
     todo = plan(repo.read_refs(), blobs, time.time(), max_age=parse_duration(ns.max_age) if ns.max_age else None,
                 keep_per_model=ns.keep_per_model, blob_grace=parse_duration(ns.blob_grace))
+    if not getattr(repo, "lists_blobs", True):
+        todo.note = "manifests only: a registry's unreferenced blobs go with its own garbage collection"
     act = ns.yes and not ns.dry_run
     if act:
         for key, _name, _reason in todo.refs:

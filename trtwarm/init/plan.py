@@ -47,6 +47,7 @@ class Plan:
     remote: Any = None  # a trtwarm.remote.sync.RemoteSync with --remote
     stuck: tuple[Any, Any, str] | None = None  # (entry dir, its identity, why): damaged, and not movable from here
     memo: Path | None = None  # the stat cache the model's digests were memoised in (see _memo_dir)
+    seeded: bool = False  # the entry handed over is in a --seed-cache tier (trtwarm.init.seed)
 
     @property
     def store(self) -> EngineStore:
@@ -127,7 +128,8 @@ def _stamps(settings: Settings, trusting: bool) -> StampBook | None:
     return StampBook(settings.stamp_dir, settings.stamp_max_age, files=settings.verify == "stamp")
 
 
-def _memo_dir(layout: Layout, book: StampBook | None, trusting: bool) -> tuple[Path | None, bool, Path | None]:
+def _memo_dir(layout: Layout, book: StampBook | None, trusting: bool,
+              node: Path | None = None) -> tuple[Path | None, bool, Path | None]:
     """Where the model's digests are memoised (None: nowhere), whether a record there must be checked against the
     model's bytes, and an untrusted stat cache to consult (so checked) when that one has none. Under a trust policy
     a writer of the volume could pair this model's stat identity with another model's digest in the volume's stat
@@ -137,7 +139,21 @@ def _memo_dir(layout: Layout, book: StampBook | None, trusting: bool) -> tuple[P
     volume = layout.statcache if layout.statcache.is_dir() else None
     if trusting and book is not None and book.directory.is_dir() and book.usable():
         return book.directory / "statcache", False, volume
+    if volume is None and not trusting and node is not None:  # a read-only volume (an image mount) has no stat cache
+        return node, False, None
     return volume, trusting, None
+
+
+def _node_memo(settings: Settings) -> Path | None:
+    """``<stamp dir>/statcache``, node-local, when the stamp directory is (or can be made) private and off the volume:
+    where the model's digests are memoised when the volume has no stat cache of its own (a read-only mount)."""
+    if not settings.stamp_dir or on_volume(settings.stamp_dir, settings.cache_dir):
+        return None
+    try:
+        settings.stamp_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return settings.stamp_dir / "statcache"
 
 
 def resolve(settings: Settings, gate: Gate | None = None) -> Plan:
@@ -156,7 +172,9 @@ def resolve(settings: Settings, gate: Gate | None = None) -> Plan:
     book = _stamps(settings, gate.mode != "off")
     builder = get_builder(settings)
     identity = builder.identity()
-    memo, rehash, fallback = _memo_dir(layout, book, gate.mode != "off")
+    read_only = settings.read_only or (layout.root.is_dir() and not os.access(layout.root, os.W_OK))
+    memo, rehash, fallback = _memo_dir(layout, book, gate.mode != "off",
+                                       _node_memo(settings) if read_only and not layout.statcache.is_dir() else None)
     facts, _cached = inspect_model(settings.model, memo, rehash=rehash, fallback=fallback)
     doc = key_document(model_fields(facts), identity, builder.device(), builder.build_fields(facts))
     key = key_of(doc)

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trtwarm.init import handoff, hitrecord
+from trtwarm.init import handoff, hitrecord, seed
 from trtwarm.config import Settings
 from trtwarm.errors import BuildError, HandoffOnVolume, LockTimeoutError, VolumeError
 from trtwarm.node.events import EventRecorder
@@ -176,6 +176,8 @@ def _obtain(plan: Plan) -> tuple[Entry, str]:
     gc moved away while we verified it, is a plain miss: look again, and build."""
     for _attempt in range(3):
         found = _lookup(plan)
+        if found is None and plan.settings.seed_caches and (found := seed.lookup(plan)) is not None:
+            plan.seeded = True  # handed over from a read-only tier, in place
         entry, result = (found, "hit") if found is not None else _build_or_wait(plan)
         if entry is not None and entry.engine.exists():
             return entry, result
@@ -211,7 +213,8 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
         entry, result = _obtain(plan)
     if plan.stamps is not None and result != "built":
         log.info("verified %s: %s", plan.label, plan.stamps.summary())
-    repeatable = result == "hit" and not warned and entry.name == plan.name and hitrecord.repeatable(plan)
+    repeatable = (result == "hit" and not warned and not plan.seeded and entry.name == plan.name
+                  and hitrecord.repeatable(plan))
     if entry.name != plan.name:  # found by its key under another --name: report the entry that is on the volume
         log.info("%s is on the volume as %s (built with another --name)", plan.label, entry.name)
         plan.name = entry.name
@@ -236,6 +239,7 @@ def _prepare(settings: Settings) -> Gate:
         raise HandoffOnVolume(f"the hand-off directory {settings.handoff_dir} is on the cache volume "
                               f"{settings.cache_dir}: a writer of the volume could point the server at any file",
                               hint="mount an emptyDir at --handoff-dir, shared with the inference container only")
+    seed.check_tiers(settings.seed_caches)  # an empty or unmounted read-only tier fails now, never waits
     handoff.clear(settings.handoff_dir)
     handoff.require_writable(settings.handoff_dir)  # before any build or pull (issue 27: found after it, it wasted it)
     gate = Gate.create(settings.trust_policy, settings.trust_mode, settings.signing_key, settings.read_only)

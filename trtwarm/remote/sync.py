@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm.errors import EntryInvalid, RemoteAuthError, RemoteBucketError, RemoteError
-from trtwarm.remote.client import KINDS, Client, kind_of
+from trtwarm.remote.backend import open_repository, parse_remote
+from trtwarm.remote.client import KINDS, kind_of
 from trtwarm.remote.pull import BlobCorrupt, pull_into
 from trtwarm.remote.push import push_entry, read_signature
-from trtwarm.remote.repo import Repository
-from trtwarm.remote.url import RemoteURL, parse
+from trtwarm.remote.url import RemoteURL
 from trtwarm.volume.store import EngineStore, Entry, check_entry
 
 log = logging.getLogger("trtwarm.remote")
@@ -40,9 +40,9 @@ VerifyRef = Callable[[str, dict[str, Any]], None]
 class RemoteSync:
     """One init's use of one repository."""
 
-    def __init__(self, remote: RemoteURL, store: EngineStore, *, push: str = "best-effort", strict: bool = False,
+    def __init__(self, remote: RemoteURL | Any, store: EngineStore, *, push: str = "best-effort", strict: bool = False,
                  emit: Emit | None = None, verify_ref: VerifyRef | None = None) -> None:
-        self.repo = Repository(Client(remote))
+        self.repo = open_repository(remote)
         self.store, self.push_mode, self.strict = store, push, strict
         self.emit = emit or (lambda reason, message, kind: None)
         self.verify_ref = verify_ref
@@ -57,7 +57,8 @@ class RemoteSync:
     def for_init(cls, settings: Any, store: EngineStore, emit: Emit | None) -> RemoteSync:
         """The init's: ``--remote`` parsed from *settings* (a :class:`trtwarm.config.Settings`); a pull-only init
         (``--read-only``) never pushes and has no fallback. :raises ConfigError: a bad URL or AWS setting"""
-        return cls(parse(settings.remote, settings.environ), store, emit=emit, strict=settings.read_only,
+        remote = parse_remote(settings.remote, settings.environ, insecure=settings.insecure_registry)
+        return cls(remote, store, emit=emit, strict=settings.read_only,
                    push="off" if settings.read_only else settings.remote_push)
 
     def _count(self, error: RemoteError) -> None:
