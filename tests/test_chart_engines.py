@@ -116,3 +116,34 @@ def test_a_prewarm_that_could_not_work_is_refused_naming_the_value(change: dict,
         values[section] = {**values[section], **patch}
     with pytest.raises(helm.errors.HelmError, match=message):
         render(values)
+
+
+def test_the_server_mounts_the_engine_image_where_a_seed_hit_points() -> None:
+    """A seed-tier hit hands the engine over in place: the `engine` link points into the image, so the server needs
+    the same read-only mount (or the link dangles)."""
+    spec = pod_spec(_objects({"engines": {"image": {"reference": IMAGE}}}))
+    server = [c for c in spec["containers"] if c["name"] not in ("trtwarm-exporter",)][0]
+    assert mounts(server)["trtwarm-engines"] == "/trtwarm-engines"
+    assert all(m.get("readOnly") for m in server["volumeMounts"] if m["name"] == "trtwarm-engines")
+
+
+def test_an_oci_repository_reads_the_registry_credentials_of_a_dockerconfigjson_secret() -> None:
+    values = copy.deepcopy(PREWARM)
+    values["remote"]["oci"] = {"authSecret": "regcred", "insecure": True}
+    values["remote"]["prebuild"] = {"enabled": True, "gpuProducts": ["NVIDIA-H100-80GB-HBM3"]}
+    objs = _objects(values)
+    assert validate(objs, [29, 37]) == []
+    pods = [pod_spec(objs), _daemonset(objs)["spec"]["template"]["spec"]]
+    pods += [o["spec"]["template"]["spec"] for o in objs if o["kind"] == "Job"]
+    assert len(pods) == 3
+    for spec in pods:
+        (puller,) = [c for c in spec.get("initContainers", []) + spec["containers"]
+                     if c["name"] in ("trtwarm-init", "trtwarm-prewarm", "prebuild")]
+        env = {e["name"]: e.get("value") for e in puller["env"]}
+        assert env["REGISTRY_AUTH_FILE"] == "/etc/trtwarm/registry/.dockerconfigjson", puller["name"]
+        assert env["TRTWARM_INSECURE_REGISTRY"] == "true"
+        assert mounts(puller)["trtwarm-registry-auth"] == "/etc/trtwarm/registry"
+        (secret,) = [v for v in spec["volumes"] if v["name"] == "trtwarm-registry-auth"]
+        assert secret["secret"]["secretName"] == "regcred"
+    server = [c for c in pod_spec(objs)["containers"] if c["name"] != "trtwarm-exporter"][0]
+    assert "trtwarm-registry-auth" not in mounts(server)  # only what talks to the registry gets the credentials

@@ -61,6 +61,8 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- with $r.endpoint }}{{ $env = append $env (dict "name" "AWS_ENDPOINT_URL" "value" (toString .)) }}{{ end }}
 {{- if $r.allowHttp }}{{ $env = append $env (dict "name" "AWS_ALLOW_HTTP" "value" "true") }}{{ end }}
 {{- with $r.tensorrtVersion }}{{ $env = append $env (dict "name" "TRTWARM_TENSORRT_VERSION" "value" (toString .)) }}{{ end }}
+{{- if $r.oci.insecure }}{{ $env = append $env (dict "name" "TRTWARM_INSECURE_REGISTRY" "value" "true") }}{{ end }}
+{{- if $r.oci.authSecret }}{{ $env = append $env (dict "name" "REGISTRY_AUTH_FILE" "value" "/etc/trtwarm/registry/.dockerconfigjson") }}{{ end }}
 {{- end }}
 {{- toYaml $env }}
 {{- end }}
@@ -269,6 +271,7 @@ too: containers of one Pod may share a claim, so the engine is built on the devi
     {{- end }}
     - name: trtwarm-tmp
       mountPath: /tmp
+    {{- include "trtwarm.registryAuthMount" . | nindent 4 }}
     {{- if .Values.engines.image.reference }}
     - name: trtwarm-engines
       mountPath: {{ .Values.engines.image.mountPath | quote }}
@@ -402,6 +405,12 @@ volumeMounts:
   - name: trtwarm-handoff
     mountPath: {{ .Values.handoff.mountPath | quote }}
     readOnly: true
+  {{- if .Values.engines.image.reference }}
+  {{- /* a seed-tier hit hands the engine over in place: the link points into the engine image */}}
+  - name: trtwarm-engines
+    mountPath: {{ .Values.engines.image.mountPath | quote }}
+    readOnly: true
+  {{- end }}
   {{- with $c.volumeMounts }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
@@ -513,6 +522,7 @@ volumes:
   - name: trtwarm-tmp
     emptyDir: {}
   {{- include "trtwarm.enginesVolumes" . | nindent 2 }}
+  {{- include "trtwarm.registryAuthVolume" . | nindent 2 }}
   {{- with .Values.engine.stamps.hostPath }}
   - name: trtwarm-stamps
     hostPath:
@@ -658,6 +668,7 @@ containers:
         readOnly: true
       - name: tmp
         mountPath: /tmp
+      {{- include "trtwarm.registryAuthMount" $ | nindent 6 }}
       {{- if $.Values.engine.model.volume }}
       - name: model
         mountPath: {{ $.Values.engine.model.mountPath | quote }}
@@ -690,6 +701,7 @@ volumes:
   {{- end }}
   - name: tmp
     emptyDir: {}
+  {{- include "trtwarm.registryAuthVolume" $ | nindent 2 }}
   {{- with $.Values.engine.model.volume }}
   - name: model
     {{- include "trtwarm.readOnlyVolume" . | nindent 4 }}
@@ -831,4 +843,23 @@ the workload (templates/validate.yaml). */}}
 {{/* The ports of the inference Service: `service.ports`, else the inference container's. */}}
 {{- define "trtwarm.servicePorts" -}}
 {{- toYaml (.Values.service.ports | default (include "trtwarm.mainContainer" . | fromYamlArray | first).ports | default list) }}
+{{- end }}
+
+{{/* `remote.oci.authSecret`: a kubernetes.io/dockerconfigjson Secret (e.g. the image pull secret) for an oci://
+repository, mounted where REGISTRY_AUTH_FILE (trtwarm.remoteEnv) points, in the containers that reach the registry. */}}
+{{- define "trtwarm.registryAuthMount" -}}
+{{- if and .Values.remote.url .Values.remote.oci.authSecret }}
+- name: trtwarm-registry-auth
+  mountPath: /etc/trtwarm/registry
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{- define "trtwarm.registryAuthVolume" -}}
+{{- if and .Values.remote.url .Values.remote.oci.authSecret }}
+- name: trtwarm-registry-auth
+  secret:
+    secretName: {{ .Values.remote.oci.authSecret | quote }}
+    defaultMode: 0440
+{{- end }}
 {{- end }}
