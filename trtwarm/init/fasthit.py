@@ -33,6 +33,14 @@ import zlib
 
 from trtwarm import __version__
 
+try:  # CPython's built-in SHA-256 (3.11: _sha256, 3.12+: _sha2): hashlib's OpenSSL load costs 2.5 ms per repeat
+    from _sha256 import sha256
+except ImportError:  # pragma: no cover - other Python versions
+    try:
+        from _sha2 import sha256
+    except ImportError:
+        from hashlib import sha256
+
 from trtwarm.fs import atomic
 from trtwarm.fs.info import FULL_ERRNOS, READ_ONLY_ERRNOS, identity, safely_owned
 from trtwarm.names import holder
@@ -47,13 +55,38 @@ SCHEMA = 1
 #: variables of one Pod that its siblings do not share, left out of the start so a Deployment's Pods repeat each
 #: other's hits (the lease is named after the Pod anew each time); and a shell's bookkeeping (cwd is compared)
 POD_OWN = frozenset({"HOSTNAME", "POD_NAME", "POD_UID", "POD_IP", "POD_IPS", "_", "SHLVL", "PWD", "OLDPWD"})
-LIMIT = 1 << 20  # a record holds the environment: a namespace's service variables can make it tens of KiB
+LIMIT = 1 << 20  # a record holds the arguments, the witnesses and the report: a few KiB
+#: the stamp directory's secret salt of the environment's digest (32 random bytes, 0600, made by the first record)
+ENV_KEY = "hit.key"
+ENV_KEY_BYTES = 32
 DEFAULT_HANDOFF_DIR = "/trtwarm"  # = config.DEFAULT_HANDOFF_DIR, not imported (config imports argparse)
 
 
-def start_of(args: list[str], environ: Mapping[str, str]) -> dict[str, Any]:
-    """What an init's outcome may depend on besides files: its arguments, directory and environment."""
-    return {"args": list(args), "cwd": os.getcwd(), "env": {k: v for k, v in environ.items() if k not in POD_OWN}}
+def start_of(args: list[str], environ: Mapping[str, str], key: bytes) -> dict[str, Any]:
+    """What an init's outcome may depend on besides files: its arguments, directory and environment.
+
+    The environment is kept only as a digest keyed by *key* (the stamp directory's :data:`ENV_KEY`): it holds
+    secrets under any name (``AWS_SECRET_ACCESS_KEY``, a database URL), which must never reach a disk, and a
+    plain digest of one low-entropy value could be guessed; the keyed digest still tells any change apart.
+    """
+    env = sorted((k, v) for k, v in environ.items() if k not in POD_OWN)
+    digest = sha256(key + json.dumps(env, separators=(",", ":")).encode("utf-8", "surrogateescape")).hexdigest()
+    return {"args": list(args), "cwd": os.getcwd(), "env_sha256": digest}
+
+
+def env_key(directory: str) -> bytes | None:
+    """The stamp directory's :data:`ENV_KEY`, when it is a safely owned regular file of the right size; else None
+    (no record of any start can then be used)."""
+    try:
+        fd = os.open(os.path.join(directory, ENV_KEY), os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        data = os.read(fd, ENV_KEY_BYTES + 1) if safely_owned(st) and st.st_mode & 0o077 == 0 else b""
+    finally:
+        os.close(fd)
+    return data if len(data) == ENV_KEY_BYTES else None
 
 
 def record_name(start: dict[str, Any]) -> str:
@@ -96,9 +129,13 @@ def attempt(args: list[str], environ: Mapping[str, str]) -> int | None:
     started = time.monotonic()
     if events_configured(environ):  # the full init sends the EngineCacheHit Event
         return None
-    start = start_of(args, environ)
+    directory = stamp_dir(args, environ)
+    key = env_key(directory)
+    if key is None:
+        return None
+    start = start_of(args, environ, key)
     try:
-        record = _load(stamp_dir(args, environ), start)
+        record = _load(directory, start)
         if record is None or not (_holds(record["witnesses"]) and _device_holds(record["device"], environ)):
             return None  # checked before the lease: a changed input must leave no lease on a key it no longer has
     except (OSError, ValueError, LookupError, TypeError):  # a record this version cannot use: resolve in full
