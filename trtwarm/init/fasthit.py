@@ -27,6 +27,7 @@ import errno
 import json
 import os
 import signal
+import stat
 import sys
 import time
 import zlib
@@ -195,9 +196,23 @@ def _device_holds(device: dict[str, Any], environ: Mapping[str, str]) -> bool:
         gpu.key_fields(info, device["hardware_compat"]) == device["fields"]
 
 
+def _own_dirs(volume: str) -> bool:
+    """Whether the volume's directories the repeat writes in are directories (``lstat``: a link to another directory,
+    or a file there, is the full init's to refuse, exit 9)."""
+    for name in ("entries", ".leases", ".uses"):
+        try:
+            if not stat.S_ISDIR(os.lstat(os.path.join(volume, name)).st_mode):
+                return False
+        except FileNotFoundError:
+            continue
+    return True
+
+
 def _hand_over(record: dict[str, Any], environ: Mapping[str, str],
                started: float) -> tuple[dict[str, Any], str | None] | None:
     """Lease, look again, mark the use, write the hand-off: ``(report, why no lease)``, or None (look in full)."""
+    if not _own_dirs(record["lease"]["volume"]):
+        return None
     lease = _take_lease(record["lease"], environ)
     if not _holds(record["witnesses"]):  # again after the lease, as the full init looks up after its lease: a gc
         return None  # that removed the entry meanwhile either saw the lease or is seen here
@@ -241,7 +256,11 @@ def _take_lease(lease: dict[str, Any], environ: Mapping[str, str]) -> str | None
     doc = {"key": lease["key"], "name": lease["name"], "pod": pod, "namespace": namespace,
            "node": environ.get("NODE_NAME") or None, "hostname": host, "pid": os.getpid(), "refreshed": time.time()}
     try:
-        os.makedirs(directory, exist_ok=True)
+        try:
+            os.mkdir(directory)
+        except FileExistsError:
+            if not stat.S_ISDIR(os.lstat(directory).st_mode):  # a link or a file: the full init refuses it (exit 9)
+                raise OSError(errno.ENOTDIR, "not a directory", directory) from None
         atomic.write(os.path.join(directory, holder(pod, namespace, host) + ".json"),
                      (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode(), _file_mode(lease["volume"]),
                      durable=False)

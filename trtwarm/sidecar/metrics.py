@@ -20,6 +20,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from trtwarm.errors import UnsafeVolume
 from trtwarm.init import handoff
 from trtwarm.lifecycle.gc import REASONS
 from trtwarm.volume.layout import Layout
@@ -111,6 +112,10 @@ class VolumeWatcher:
         except OSError as exc:
             self.errors += 1
             log.warning("cannot scan the cache volume %s: %s", self.layout.root, exc)
+            return
+        except UnsafeVolume as exc:  # a link where trtwarm's directory belongs: not listed through
+            self.errors += 1
+            log.error("cannot scan the cache volume %s: %s", self.layout.root, exc)
             return
         uses = [e.last_used for e in inv.entries if e.last_used]
         self.summary = {"entries": len(inv.entries), "bytes": sum(e.bytes for e in inv.entries),
