@@ -48,6 +48,17 @@ def refusal(path: Path | str, st: os.stat_result | None = None) -> UnsafeVolume:
                         "followed or deleted")
 
 
+@contextlib.contextmanager
+def _named(path: Path, other: Path | None = None) -> Iterator[None]:
+    """Give an :class:`OSError` of a call relative to a descriptor the full path (its message names the file)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None or os.path.isabs(str(exc.filename)):
+            raise
+        raise type(exc)(exc.errno, exc.strerror, str(path), None, str(other) if other else None) from None
+
+
 def _parts(root: Path, path: Path) -> tuple[str, ...]:
     """*path*'s components below *root* (lexically); :raises ValueError: *path* is not below *root*."""
     parts = Path(os.path.normpath(path)).relative_to(os.path.normpath(root)).parts
@@ -63,7 +74,7 @@ def _open_below(fd: int, name: str, where: Path) -> int:
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             raise refusal(where) from None
-        raise
+        raise type(exc)(exc.errno, exc.strerror, str(where)) from None
 
 
 @contextlib.contextmanager
@@ -81,7 +92,8 @@ def dir_fd(root: Path, path: Path, *, create: int | None = None) -> Iterator[int
             where = where / name
             if create is not None:
                 try:
-                    os.mkdir(name, create, dir_fd=fd)
+                    with _named(where):
+                        os.mkdir(name, create, dir_fd=fd)
                 except FileExistsError:
                     pass
                 else:
@@ -132,7 +144,8 @@ def rmtree(root: Path, path: Path, *, ignore_errors: bool = False) -> None:
             st = os.lstat(path.name, dir_fd=fd)
             if not stat.S_ISDIR(st.st_mode):
                 raise refusal(path, st)
-            shutil.rmtree(path.name, ignore_errors=ignore_errors, dir_fd=fd)
+            with _named(path):
+                shutil.rmtree(path.name, ignore_errors=ignore_errors, dir_fd=fd)
     except FileNotFoundError:
         return
 
@@ -143,7 +156,7 @@ def unlink(root: Path, path: Path, *, missing_ok: bool = True) -> None:
     :raises UnsafeVolume: a directory on the way is a symlink or not a directory
     """
     try:
-        with dir_fd(root, path.parent) as fd:
+        with dir_fd(root, path.parent) as fd, _named(path):
             os.unlink(path.name, dir_fd=fd)
     except FileNotFoundError:
         if not missing_ok:
@@ -156,14 +169,16 @@ def rmdir(root: Path, path: Path) -> None:
         st = os.lstat(path.name, dir_fd=fd)
         if not stat.S_ISDIR(st.st_mode):
             raise refusal(path, st)
-        os.rmdir(path.name, dir_fd=fd)
+        with _named(path):
+            os.rmdir(path.name, dir_fd=fd)
 
 
 def rename(root: Path, src: Path, dst: Path) -> None:
     """Rename *src* to *dst*, both below *root*, through their parents' descriptors (a link at *src* is moved as a
     link). :raises UnsafeVolume: a directory on the way is a symlink or not a directory"""
     with dir_fd(root, src.parent) as sfd, dir_fd(root, dst.parent) as dfd:
-        os.rename(src.name, dst.name, src_dir_fd=sfd, dst_dir_fd=dfd)
+        with _named(src, dst):
+            os.rename(src.name, dst.name, src_dir_fd=sfd, dst_dir_fd=dfd)
 
 
 def check_tree(root: Path, names: tuple[str, ...]) -> None:

@@ -141,9 +141,15 @@ def attempt(args: list[str], environ: Mapping[str, str]) -> int | None:
             return None  # checked before the lease: a changed input must leave no lease on a key it no longer has
     except (OSError, ValueError, LookupError, TypeError):  # a record this version cannot use: resolve in full
         return None
+    try:  # before the signals are held: a copy takes as long as its bytes, and nothing refers to it yet
+        copied = _copy(record["copy"], record["report"], record["handoff"]["dir"]) if record.get("copy") else {}
+    except (OSError, ValueError, LookupError, TypeError):
+        return None
+    if copied is None:
+        return None
     held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
     try:
-        done = _hand_over(record, environ, started)
+        done = _hand_over(record, environ, started, copied)
     except (OSError, ValueError, LookupError, TypeError):  # e.g. an unwritable hand-off: the full init reports it
         done = None
     if done is None:
@@ -208,8 +214,47 @@ def _own_dirs(volume: str) -> bool:
     return True
 
 
-def _hand_over(record: dict[str, Any], environ: Mapping[str, str],
-               started: float) -> tuple[dict[str, Any], str | None] | None:
+def _copy(copy: dict[str, Any], report: dict[str, Any], handoff_dir: str) -> dict[str, Any] | None:
+    """``--handoff copy``: copy the entry's files into a new ``<handoff-dir>/copies/<key16>.<rand>/``, each hashed as
+    copied (:func:`trtwarm.fs.copy.copy_hashed`) and matched against the digest the record holds, which is the
+    manifest's: the report's ``path``, ``files`` and ``identities`` for the copy, or None (a file changed: resolve
+    in full, which verifies the entry again)."""
+    from trtwarm.fs.copy import copy_hashed  # hashlib: paid by a copy-mode repeat only, which reads every byte
+
+    target = os.path.join(handoff_dir, "copies", f"{report['key'][:16]}.{os.urandom(4).hex()}")
+    os.makedirs(target)
+    files = {}
+    for rel, digest in copy["files"]:
+        dst = os.path.join(target, rel)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        got, size, _reflink = copy_hashed(os.path.join(copy["source"], rel), dst)
+        if got != digest:
+            _remove(target)
+            return None
+        files[dst] = size
+    return {"path": os.path.join(target, os.path.basename(report["path"])), "files": files,
+            "identities": {p: identity(os.lstat(p)) for p in files}, "copy_dir": target}
+
+
+def _remove(path: str) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _prune_copies(handoff_dir: str, keep: str) -> None:
+    """= :func:`trtwarm.init.handoff.prune_copies`: earlier copies go once the link points at the new one."""
+    try:
+        names = os.listdir(os.path.join(handoff_dir, "copies"))
+    except OSError:
+        return
+    for name in names:
+        if os.path.join(handoff_dir, "copies", name) != keep:
+            _remove(os.path.join(handoff_dir, "copies", name))
+
+
+def _hand_over(record: dict[str, Any], environ: Mapping[str, str], started: float,
+               copied: dict[str, Any]) -> tuple[dict[str, Any], str | None] | None:
     """Lease, look again, mark the use, write the hand-off: ``(report, why no lease)``, or None (look in full)."""
     if not _own_dirs(record["lease"]["volume"]):
         return None
@@ -218,9 +263,14 @@ def _hand_over(record: dict[str, Any], environ: Mapping[str, str],
         return None  # that removed the entry meanwhile either saw the lease or is seen here
     verified = time.monotonic()
     atomic.touch(record["use"]["path"], lambda: _file_mode(record["use"]["volume"]))  # = EngineStore.touch_use
-    report = dict(record["report"], seconds={"key": verified - started, "wait": 0.0, "build": 0.0, "verify": 0.0,
-                                             "total": time.monotonic() - started})
+    keep = copied.pop("copy_dir", None)
+    report = dict(record["report"], **copied, seconds={"key": verified - started, "wait": 0.0, "build": 0.0,
+                                                       "verify": 0.0, "total": time.monotonic() - started})
+    if not copied:  # --handoff link: the files on the volume, whose identities the witnesses just matched
+        report["identities"] = {p: identity(os.lstat(p)) for p in report.get("files") or [report["path"]]}
     _hand_off(record["handoff"]["dir"], report)
+    if keep is not None:
+        _prune_copies(record["handoff"]["dir"], keep)
     return report, lease
 
 

@@ -218,7 +218,10 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
     plan.seconds["total"] = time.monotonic() - start
     _emit_outcome(plan, result)
     report = _report(plan, entry, result)
+    mode = settings.handoff or ("copy" if plan.gate.mode == "enforce" else "link")
+    copy = handoff.hand_over_files(settings.handoff_dir, mode, plan.key, entry.path, entry.files, report)
     _hand_off(settings, report, entry, plan.builder.name)
+    handoff.prune_copies(settings.handoff_dir, copy)
     if repeatable:
         hitrecord.remember(plan, entry, report, said)
     if result == "built" and plan.remote is not None and settings.remote_push == "best-effort":
@@ -269,7 +272,7 @@ def _hand_off(settings: Settings, report: WarmReport, entry: Entry, builder: str
                           "writable emptyDir at --handoff-dir, shared with the inference container") from exc
     if settings.triton_repo and settings.triton_model:
         try:
-            handoff.triton_repo(settings.triton_repo, settings.triton_model, entry.engine, builder)
+            handoff.triton_repo(settings.triton_repo, settings.triton_model, Path(report.path), builder)
         except OSError as exc:
             raise VolumeError(f"cannot lay out the Triton model repository {settings.triton_repo}: {exc.strerror}",
                               hint="mount a writable emptyDir at --triton-repo, shared with Triton") from exc
