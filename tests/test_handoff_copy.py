@@ -14,7 +14,7 @@ from conftest import cmd_init_args, entries, run_trtwarm
 from test_trust import keypair, policy
 
 from trtwarm.fs.copy import copy_hashed
-from trtwarm.init.handoff import CopyChanged, copy_entry
+from trtwarm.init.handcopy import CopyChanged, copy_entry
 from trtwarm.sidecar.metrics import engine_ready
 from trtwarm.volume.stamps import RACY_SECONDS
 
@@ -46,6 +46,7 @@ def test_enforce_copies_the_verified_bytes_and_a_later_rewrite_of_the_volume_nev
     report = _report(handoff)
     link = Path(os.readlink(handoff / "engine"))
     assert report["handoff"] == "copy" and link.parent.parent == handoff / "copies" and report["path"] == str(link)
+    assert [p.name for p in (handoff / "copies").iterdir()] == [link.parent.name], "no copy left pending"
     volume_engine = entries(cache)[0] / "engine.plan"
     verified = volume_engine.read_bytes()
     _rewrite_same_size(volume_engine)

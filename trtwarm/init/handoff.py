@@ -21,8 +21,6 @@ log = logging.getLogger("trtwarm.init.handoff")
 REPORT = "engine.json"
 PREVIOUS = "engine.prev.json"
 LINK = "engine"
-#: ``--handoff copy``: ``<handoff-dir>/copies/<key16>.<rand>/`` holds this Pod's copy of the entry's files
-COPIES = "copies"
 TERMINATION_LIMIT = 4096
 
 
@@ -55,86 +53,6 @@ class WarmReport:
         """A compact one-line form for stdout and the termination message."""
         return {"result": self.result, "key": self.key[:16], "name": self.name, "path": self.path,
                 "seconds": {k: round(v, 3) for k, v in self.seconds.items()}}
-
-
-class CopyChanged(Exception):
-    """A file's copy does not hash to its manifest digest: the volume changed it after the check."""
-
-
-def copy_entry(handoff_dir: Path, key: str, entry: Path, files: list[dict[str, Any]]) -> Path:
-    """Copy every listed file of *entry* into a new ``<handoff-dir>/copies/<key16>.<rand>/``, each hashed as it is
-    copied (one read; a reflink where the filesystem offers it, then the copy is hashed) and compared with its
-    manifest digest: the new directory. Nothing the volume holds after this reaches the server.
-
-    :raises CopyChanged: a copy's digest differs from the manifest's (the directory is removed)
-    :raises OSError: the hand-off directory cannot be written
-    """
-    from trtwarm.fs.copy import copy_hashed
-
-    target = handoff_dir / COPIES / f"{key[:16]}.{os.urandom(4).hex()}"
-    target.mkdir(parents=True)
-    try:
-        for item in files:
-            dst = target / item["path"]
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            digest, _size, _reflink = copy_hashed(str(entry / item["path"]), str(dst))
-            if digest != item["sha256"]:
-                raise CopyChanged(f"{item['path']} of {entry.name} changed on the volume after it was verified "
-                                  "(its copy does not match the manifest's SHA-256)")
-    except BaseException:
-        _remove_tree(target)
-        raise
-    return target
-
-
-def prune_copies(handoff_dir: Path, keep: Path | None) -> None:
-    """Remove every earlier copy in ``<handoff-dir>/copies`` but *keep* (best effort: a server holding an old one
-    open keeps reading it; the space returns when it closes it)."""
-    try:
-        old = [p for p in (handoff_dir / COPIES).iterdir() if p != keep]
-    except OSError:
-        return
-    for path in old:
-        _remove_tree(path)
-
-
-def _remove_tree(path: Path) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def hand_over_files(handoff_dir: Path, mode: str, key: str, entry: Path, files: list[dict[str, Any]],
-                    report: WarmReport) -> Path | None:
-    """Decide what *report* hands over: the entry's files on the volume (``link``) or this Pod's verified copy of
-    them (``copy``, see :func:`copy_entry`), with each file's identity. :return: the copy's directory, or None
-
-    :raises VolumeError: the copy failed, or the volume changed a file after it was verified
-    """
-    from trtwarm.errors import VolumeError
-
-    report.handoff, target = mode, None
-    if mode == "copy":
-        try:
-            target = copy_entry(handoff_dir, key, entry, files)
-        except CopyChanged as exc:
-            raise VolumeError(f"nothing handed over: {exc}", hint="something rewrites published entries in place "
-                              "on the cache volume; the next start verifies the entry again (`trtwarm verify` "
-                              "finds it)") from None
-        except OSError as exc:
-            raise VolumeError(f"cannot copy the engine into the hand-off directory {handoff_dir}: {exc.strerror}",
-                              hint="give --handoff-dir (an emptyDir) room for the engine, or pass --handoff link")
-        report.path = str(target / Path(report.path).name)
-        report.files = {str(target / f["path"]): f["bytes"] for f in files}
-    report.identities = identities(list(report.files) or [report.path])
-    return target
-
-
-def identities(paths: list[str]) -> dict[str, list[int]]:
-    """The ``identities`` of a report: each path's ``lstat`` identity. :raises OSError: one is missing"""
-    from trtwarm.fs.info import identity
-
-    return {path: identity(os.lstat(path)) for path in paths}
 
 
 def write(handoff_dir: Path, report: WarmReport) -> None:
@@ -227,6 +145,5 @@ def termination_message(path: Path, doc: dict[str, Any]) -> None:
         log.debug("cannot write termination message: %s", exc)
 
 
-__all__ = ["COPIES", "LINK", "PREVIOUS", "REPORT", "CopyChanged", "WarmReport", "clear", "copy_entry",
-           "hand_over_files", "identities", "prune_copies", "read", "termination_message", "triton_repo", "write",
+__all__ = ["LINK", "PREVIOUS", "REPORT", "WarmReport", "clear", "read", "termination_message", "triton_repo", "write",
            "write_failure"]
