@@ -156,3 +156,18 @@ def test_the_sidecars_periodic_gc_refuses_and_keeps_serving(model: Path, cache: 
     assert "periodic gc refused" in stderr and str(cache / ".staging") in stderr, stderr
     assert "Traceback" not in stderr
     assert _tree(victim) == before
+
+
+def test_a_lock_file_that_is_a_link_is_refused_and_its_target_untouched(model: Path, cache: Path,
+                                                                       tmp_path: Path) -> None:
+    entry = _built(model, cache, tmp_path)
+    key = json.loads((entry / "manifest.json").read_text())["key"]
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    os.rename(entry, tmp_path / "gone")  # a miss: the init takes the key's build lock
+    lock = cache / ".locks" / f"{key}.lock"
+    lock.unlink()
+    lock.symlink_to(victim)
+    run = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h1"))
+    assert run.returncode == UNSAFE and f"{lock} is a symlink" in run.stderr, run.stderr
+    assert victim.read_text() == "precious"

@@ -32,8 +32,8 @@ def what_is(st: os.stat_result) -> str:
     return "not a directory" if not stat.S_ISDIR(st.st_mode) else "a directory"
 
 
-def refusal(path: Path | str, st: os.stat_result | None = None) -> UnsafeVolume:
-    """The error for *path*, which is not the directory trtwarm expects (*st*: its ``lstat``, when known)."""
+def refusal(path: Path | str, st: os.stat_result | None = None, what: str = "directory") -> UnsafeVolume:
+    """The error for *path*, which is not the *what* trtwarm expects (*st*: its ``lstat``, when known)."""
     if st is None:
         try:
             st = os.lstat(path)
@@ -44,7 +44,7 @@ def refusal(path: Path | str, st: os.stat_result | None = None) -> UnsafeVolume:
     if st is not None and stat.S_ISLNK(st.st_mode):
         with contextlib.suppress(OSError):
             target = f" (to {os.readlink(path)})"
-    return UnsafeVolume(f"{path} is {kind}{target} where trtwarm's own directory belongs: refused, nothing "
+    return UnsafeVolume(f"{path} is {kind}{target} where trtwarm's own {what} belongs: refused, nothing "
                         "followed or deleted")
 
 

@@ -97,7 +97,7 @@ def _wait_shared(path: Path, released: threading.Event) -> None:
     import fcntl
 
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o664)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o664)  # never a file a link points at
     except OSError:  # cannot wait here: the caller tries the lock itself again after a pause
         time.sleep(LEASE_POLL_SECONDS)
         released.set()
