@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import cmd_init_args, entries, run_trtwarm
+from test_sidecar import SidecarProc, get
 from test_trust import keypair, policy
 
 from trtwarm.fs.copy import copy_hashed
@@ -115,3 +116,16 @@ def test_a_copy_mode_repeat_copies_again_and_never_hands_over_altered_bytes(mode
     fourth = run_trtwarm(*args)
     assert REPEAT not in fourth.stderr and fourth.summary["result"] == "built", fourth.stderr
     assert Path(os.readlink(handoff / "engine")).read_bytes() == engine.read_bytes()
+
+
+def test_the_sidecar_is_not_ready_on_a_linked_engine_rewritten_in_place(model: Path, cache: Path,
+                                                                         tmp_path: Path) -> None:
+    handoff = tmp_path / "h"
+    assert run_trtwarm(*cmd_init_args(model, cache, handoff, "--handoff", "link")).returncode == 0
+    _rewrite_same_size(Path(_report(handoff)["path"]))
+    side = SidecarProc(cache, handoff)
+    try:
+        status, body = get(side.url + "/readyz")
+    finally:
+        side.stop()
+    assert status == 503 and "rewritten or replaced after it was handed over" in body, body
