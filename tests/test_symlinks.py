@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import cmd_init_args, entries, run_trtwarm, wait_until
 from test_sidecar import SidecarProc
+from test_trust import keypair
 
 from trtwarm.volume.stamps import RACY_SECONDS
 
@@ -65,7 +66,8 @@ def test_every_command_refuses_a_link_where_its_directory_belongs_and_the_victim
     commands = [cmd_init_args(model, cache, tmp_path / "h1"), ["verify", "--fix", "--cache-dir", str(cache)],
                 ["gc", "--yes", "--max-age", "1s", "--quarantine-grace", "1s", "--cache-dir", str(cache)],
                 ["rm", "--yes", "--force", entry.name.rsplit("--", 1)[1], "--cache-dir", str(cache)],
-                ["ls", "--cache-dir", str(cache)]]
+                ["ls", "--cache-dir", str(cache)], ["show", entry.name, "--cache-dir", str(cache)],
+                ["sign", "--key", str(keypair(tmp_path, "ci")[0]), entry.name, "--cache-dir", str(cache)]]
     for args in commands:
         _refused(run_trtwarm(*args), cache / name)
     assert _tree(victim) == before, "nothing outside the cache root was written or deleted"
