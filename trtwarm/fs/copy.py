@@ -44,6 +44,42 @@ def copy_hashed(src: str, dst: str, mode: int = 0o644, *, reflink: bool = True) 
         os.close(sfd)
 
 
+def copy_files(source: str, files: list[list[str]], target: str) -> dict[str, int] | None:
+    """Copy each ``[relative path, sha256]`` of the directory *source* into the new directory *target* with
+    :func:`copy_hashed`: ``{copy: size}``, or None when one copy does not hash to its digest (*target* removed).
+
+    :raises OSError: a file cannot be read or written (*target* is left for :func:`prune`)
+    """
+    os.makedirs(target)
+    made = {}
+    for rel, digest in files:
+        dst = os.path.join(target, rel)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        got, size, _reflink = copy_hashed(os.path.join(source, rel), dst)
+        if got != digest:
+            _rmtree(target)
+            return None
+        made[dst] = size
+    return made
+
+
+def prune(directory: str, keep: str | None) -> None:
+    """Remove every entry of *directory* but *keep* (earlier copies; best effort)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        if os.path.join(directory, name) != keep:
+            _rmtree(os.path.join(directory, name))
+
+
+def _rmtree(path: str) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
 def _clone(sfd: int, dfd: int) -> bool:
     """Whether ``FICLONE`` made *dfd* a reflink of *sfd* (False where the filesystem cannot: ext4, tmpfs, NFS...)."""
     try:
@@ -79,4 +115,4 @@ def _copy_fd(sfd: int, dfd: int) -> tuple[str, int]:
     return digest.hexdigest(), size
 
 
-__all__ = ["FICLONE", "copy_hashed"]
+__all__ = ["FICLONE", "copy_files", "copy_hashed", "prune"]

@@ -17,8 +17,9 @@ Kubernetes Events to send. What a record proves is what the stamps and signature
 directory, same owner rules, same threat model: :mod:`trtwarm.volume.stamps`). Nothing is written before every
 check has passed.
 
-Imports: ``json``, ``os``, ``signal``, ``sys``, ``time``, ``zlib`` and trtwarm's leaf modules (:mod:`trtwarm.fs.atomic`
-writes as the full init does), on purpose: they are the whole cost (for a GPU, :mod:`trtwarm.node.gpu` and NVML too).
+Imports: ``json``, ``os``, ``signal``, ``stat``, ``sys``, ``time``, ``zlib``, CPython's built-in SHA-256 and trtwarm's
+leaf modules (:mod:`trtwarm.fs.atomic` writes as the full init does; :mod:`trtwarm.init.hitstart` names the start),
+on purpose: they are the whole cost (for a GPU, :mod:`trtwarm.node.gpu` and NVML too; ``--handoff copy``: hashlib).
 """
 
 from __future__ import annotations
@@ -30,20 +31,20 @@ import signal
 import stat
 import sys
 import time
-import zlib
 
 from trtwarm import __version__
-
-try:  # CPython's built-in SHA-256 (3.11: _sha256, 3.12+: _sha2): hashlib's OpenSSL load costs 2.5 ms per repeat
-    from _sha256 import sha256
-except ImportError:  # pragma: no cover - other Python versions
-    try:
-        from _sha2 import sha256
-    except ImportError:
-        from hashlib import sha256
-
 from trtwarm.fs import atomic
 from trtwarm.fs.info import FULL_ERRNOS, READ_ONLY_ERRNOS, identity, safely_owned
+from trtwarm.init.hitstart import (
+    ENV_KEY,
+    ENV_KEY_BYTES,
+    POD_OWN,
+    boot_id,
+    env_key,
+    record_name,
+    stamp_dir,
+    start_of,
+)
 from trtwarm.names import holder
 from trtwarm.node.podenv import events_configured
 
@@ -53,72 +54,7 @@ if TYPE_CHECKING:  # not at run time: every module imported here is paid on each
     from typing import Any
 
 SCHEMA = 1
-#: variables of one Pod that its siblings do not share, left out of the start so a Deployment's Pods repeat each
-#: other's hits (the lease is named after the Pod anew each time); and a shell's bookkeeping (cwd is compared)
-POD_OWN = frozenset({"HOSTNAME", "POD_NAME", "POD_UID", "POD_IP", "POD_IPS", "_", "SHLVL", "PWD", "OLDPWD"})
 LIMIT = 1 << 20  # a record holds the arguments, the witnesses and the report: a few KiB
-#: the stamp directory's secret salt of the environment's digest (32 random bytes, 0600, made by the first record)
-ENV_KEY = "hit.key"
-ENV_KEY_BYTES = 32
-DEFAULT_HANDOFF_DIR = "/trtwarm"  # = config.DEFAULT_HANDOFF_DIR, not imported (config imports argparse)
-
-
-def start_of(args: list[str], environ: Mapping[str, str], key: bytes) -> dict[str, Any]:
-    """What an init's outcome may depend on besides files: its arguments, directory and environment.
-
-    The environment is kept only as a digest keyed by *key* (the stamp directory's :data:`ENV_KEY`): it holds
-    secrets under any name (``AWS_SECRET_ACCESS_KEY``, a database URL), which must never reach a disk, and a
-    plain digest of one low-entropy value could be guessed; the keyed digest still tells any change apart.
-    """
-    env = sorted((k, v) for k, v in environ.items() if k not in POD_OWN)
-    digest = sha256(key + json.dumps(env, separators=(",", ":")).encode("utf-8", "surrogateescape")).hexdigest()
-    return {"args": list(args), "cwd": os.getcwd(), "env_sha256": digest}
-
-
-def env_key(directory: str) -> bytes | None:
-    """The stamp directory's :data:`ENV_KEY`, when it is a safely owned regular file of the right size; else None
-    (no record of any start can then be used)."""
-    try:
-        fd = os.open(os.path.join(directory, ENV_KEY), os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        data = os.read(fd, ENV_KEY_BYTES + 1) if safely_owned(st) and st.st_mode & 0o077 == 0 else b""
-    finally:
-        os.close(fd)
-    return data if len(data) == ENV_KEY_BYTES else None
-
-
-def record_name(start: dict[str, Any]) -> str:
-    """``hit-<crc32>.json``: a checksum only finds the file; the record holds the whole start, compared in full."""
-    return f"hit-{zlib.crc32(json.dumps(start, sort_keys=True).encode()):08x}.json"
-
-
-def stamp_dir(args: list[str], environ: Mapping[str, str]) -> str:
-    """Where the full init would keep stamps for these arguments, as its parser reads them (``--stamp-dir``, else
-    ``<handoff-dir>/stamps``; the flag, else ``TRTWARM_*``). A form this misreads only looks in the wrong place,
-    where no record of this start can be."""
-    def option(flag: str) -> str | None:
-        value = None
-        for i, arg in enumerate(args):
-            if arg == flag and i + 1 < len(args):
-                value = args[i + 1]
-            elif arg.startswith(flag + "="):
-                value = arg[len(flag) + 1:]
-        return value or environ.get("TRTWARM_" + flag[2:].upper().replace("-", "_")) or None
-
-    found = option("--stamp-dir") or os.path.join(option("--handoff-dir") or DEFAULT_HANDOFF_DIR, "stamps")
-    return os.path.abspath(found)
-
-
-def boot_id() -> str:
-    """This boot of this node (the CPU in the key cannot change without one)."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as handle:
-            return handle.read().strip()
-    except OSError:
-        return ""
 
 
 def attempt(args: list[str], environ: Mapping[str, str]) -> int | None:
@@ -215,42 +151,17 @@ def _own_dirs(volume: str) -> bool:
 
 
 def _copy(copy: dict[str, Any], report: dict[str, Any], handoff_dir: str) -> dict[str, Any] | None:
-    """``--handoff copy``: copy the entry's files into a new ``<handoff-dir>/copies/<key16>.<rand>/``, each hashed as
-    copied (:func:`trtwarm.fs.copy.copy_hashed`) and matched against the digest the record holds, which is the
-    manifest's: the report's ``path``, ``files`` and ``identities`` for the copy, or None (a file changed: resolve
-    in full, which verifies the entry again)."""
-    from trtwarm.fs.copy import copy_hashed  # hashlib: paid by a copy-mode repeat only, which reads every byte
+    """``--handoff copy``: the entry's files copied into a new ``<handoff-dir>/copies/<key16>.<rand>/``, each hashed
+    as copied and matched against the digest the record holds (the manifest's): the report's ``path``, ``files``
+    and ``identities`` for the copy, or None (a file changed: resolve in full, which verifies the entry again)."""
+    from trtwarm.fs.copy import copy_files  # hashlib: paid by a copy-mode repeat only, which reads every byte
 
     target = os.path.join(handoff_dir, "copies", f"{report['key'][:16]}.{os.urandom(4).hex()}")
-    os.makedirs(target)
-    files = {}
-    for rel, digest in copy["files"]:
-        dst = os.path.join(target, rel)
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        got, size, _reflink = copy_hashed(os.path.join(copy["source"], rel), dst)
-        if got != digest:
-            _remove(target)
-            return None
-        files[dst] = size
+    files = copy_files(copy["source"], copy["files"], target)
+    if files is None:
+        return None
     return {"path": os.path.join(target, os.path.basename(report["path"])), "files": files,
             "identities": {p: identity(os.lstat(p)) for p in files}, "copy_dir": target}
-
-
-def _remove(path: str) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def _prune_copies(handoff_dir: str, keep: str) -> None:
-    """= :func:`trtwarm.init.handoff.prune_copies`: earlier copies go once the link points at the new one."""
-    try:
-        names = os.listdir(os.path.join(handoff_dir, "copies"))
-    except OSError:
-        return
-    for name in names:
-        if os.path.join(handoff_dir, "copies", name) != keep:
-            _remove(os.path.join(handoff_dir, "copies", name))
 
 
 def _hand_over(record: dict[str, Any], environ: Mapping[str, str], started: float,
@@ -270,7 +181,9 @@ def _hand_over(record: dict[str, Any], environ: Mapping[str, str], started: floa
         report["identities"] = {p: identity(os.lstat(p)) for p in report.get("files") or [report["path"]]}
     _hand_off(record["handoff"]["dir"], report)
     if keep is not None:
-        _prune_copies(record["handoff"]["dir"], keep)
+        from trtwarm.fs.copy import prune
+
+        prune(os.path.join(record["handoff"]["dir"], "copies"), keep)  # = trtwarm.init.handcopy.prune_copies
     return report, lease
 
 
@@ -370,4 +283,5 @@ class _Log:
             pass
 
 
-__all__ = ["LIMIT", "POD_OWN", "SCHEMA", "attempt", "boot_id", "record_name", "stamp_dir", "start_of"]
+__all__ = ["ENV_KEY", "ENV_KEY_BYTES", "LIMIT", "POD_OWN", "SCHEMA", "attempt", "boot_id", "env_key", "record_name",
+           "stamp_dir", "start_of"]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm.errors import VolumeError
-from trtwarm.fs.copy import copy_hashed
+from trtwarm.fs.copy import copy_hashed, prune
 from trtwarm.fs.info import identity
 from trtwarm.fs.ops import sha256_file
 from trtwarm.init.handoff import WarmReport
@@ -93,12 +93,7 @@ def copy_entry(handoff_dir: Path, key: str, entry: Path, files: list[dict[str, A
 def prune_copies(handoff_dir: Path, keep: Path | None) -> None:
     """Remove every earlier copy in ``<handoff-dir>/copies`` but *keep* (a server holding an old one open keeps
     reading it; the space returns when it closes it)."""
-    try:
-        old = [p for p in (handoff_dir / COPIES).iterdir() if p != keep]
-    except OSError:
-        return
-    for path in old:
-        shutil.rmtree(path, ignore_errors=True)
+    prune(str(handoff_dir / COPIES), str(keep) if keep is not None else None)
 
 
 def hand_over_files(handoff_dir: Path, mode: str, key: str, entry: Path, files: list[dict[str, Any]],
