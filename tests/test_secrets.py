@@ -4,6 +4,7 @@ directory or the termination message (a filter by name would not do: secrets hav
 from __future__ import annotations
 
 import time
+from json import dumps as json_dumps
 from pathlib import Path
 
 from conftest import cmd_init_args, run_trtwarm
@@ -52,3 +53,18 @@ def test_sentinel_secrets_in_every_commands_environment_reach_no_file(model: Pat
         sidecar.stop()
     assert termination.read_text(), "the termination message was written"
     assert _grep(cache, handoff, termination) == []
+
+
+def test_records_of_an_older_trtwarm_which_held_the_environment_are_removed(model: Path, cache: Path,
+                                                                           tmp_path: Path) -> None:
+    handoff = tmp_path / "h"
+    args = cmd_init_args(model, cache, handoff, "--verify", "stamp")
+    assert run_trtwarm(*args).summary["result"] == "built"
+    time.sleep(RACY_SECONDS + 0.2)
+    assert run_trtwarm(*args).returncode == 0
+    old = handoff / "stamps" / "hit-0badc0de.json"
+    old.write_text(json_dumps({"schema": 1, "start": {"env": SECRETS}}))
+    old.chmod(0o600)
+    assert run_trtwarm(*args).returncode == 0  # vouched by stamp: the first record, and the key, are made
+    assert not old.exists() and (handoff / "stamps" / "hit.key").stat().st_mode & 0o777 == 0o600
+    assert _grep(handoff) == []

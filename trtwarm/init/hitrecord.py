@@ -117,6 +117,8 @@ def _env_key(directory: Path) -> bytes | None:
             os.close(fd)
         with contextlib.suppress(FileExistsError):  # another init made it first: theirs is the key
             os.link(tmp, directory / fasthit.ENV_KEY)
+            for old in directory.glob("hit-*.json"):  # no record can predate its key: an older trtwarm's, which
+                old.unlink(missing_ok=True)            # held the environment itself (secrets): removed now
     except OSError as exc:
         log.debug("no hit record key in %s: %s", directory, exc)
     finally:
