@@ -75,8 +75,13 @@ def test_another_pod_of_the_deployment_repeats_it_under_its_own_lease(model: Pat
 
 def test_the_pods_own_variables_are_left_out_of_the_start_and_nothing_else() -> None:
     env = {"POD_NAME": "a", "HOSTNAME": "a", "POD_NAMESPACE": "ml", "TRTWARM_VERIFY": "stamp", "NODE_NAME": "n1"}
-    start = start_of(["--model", "m.onnx"], env)
-    assert set(start["env"]) == {"POD_NAMESPACE", "TRTWARM_VERIFY", "NODE_NAME"} and POD_OWN.isdisjoint(start["env"])
+    key = bytes(32)
+    start = start_of(["--model", "m.onnx"], env, key)
+    sibling = start_of(["--model", "m.onnx"], {**env, **dict.fromkeys(POD_OWN, "b")}, key)
+    assert start == sibling and set(start) == {"args", "cwd", "env_sha256"}
+    for changed in ({**env, "NODE_NAME": "n2"}, {**env, "X": ""}, {k: v for k, v in env.items() if k != "NODE_NAME"}):
+        assert start_of(["--model", "m.onnx"], changed, key) != start
+    assert start_of(["--model", "m.onnx"], env, bytes([1] * 32)) != start, "the digest is keyed by the node's salt"
 
 
 def _rewrite_in_place(path: Path) -> None:

@@ -171,6 +171,7 @@ class Settings:
     layer_info: str = "names"
     name: str | None = None
     handoff_dir: Path = DEFAULT_HANDOFF_DIR
+    handoff: str | None = None  # --handoff copy|link; None: copy under an enforced trust policy, else link
     lock_timeout: float = 3600.0
     lock_mode: str = "auto"
     progress_interval: float = 10.0
@@ -228,7 +229,7 @@ class Settings:
             plugins=tuple(Path(p) for p in ns.plugin),
             calibration_cache=Path(ns.calibration_cache).absolute() if ns.calibration_cache else None,
             strip_weights=ns.strip_weights, layer_info=ns.layer_info, name=ns.name,
-            handoff_dir=Path(ns.handoff_dir).absolute(),
+            handoff_dir=Path(ns.handoff_dir).absolute(), handoff=getattr(ns, "handoff", None) or None,
             lock_timeout=parse_duration(ns.lock_timeout), lock_mode=ns.lock_mode,
             progress_interval=parse_duration(ns.progress_interval),
             events_timeout=parse_duration(ns.events_timeout),

@@ -50,6 +50,11 @@ class VolumeError(TrtwarmError):
     """The cache volume is unusable: not a directory, not writable when a build is needed, full, or incompatible."""
 
 
+class UnsafeVolume(TrtwarmError):
+    """The volume holds a symlink, or another file type, where trtwarm's own directory or file belongs (e.g.
+    ``.staging`` a link to another directory, ``.leases`` a plain file): refused, nothing followed or deleted."""
+
+
 class TrustError(TrtwarmError):
     """Under a trust policy in ``enforce`` mode, the entry is unsigned or not signed by a key trusted for it, and this
     Pod cannot replace it (``--read-only``, or no signing key). A bad key or policy file is a :class:`ConfigError`."""
@@ -106,6 +111,8 @@ _EXITS: dict[type[TrtwarmError], tuple[int, str]] = {
     TrustError: (7, "the entry is not signed by a key the trust policy trusts for it: rebuild it (`trtwarm rm` it and "
                  "run a builder Pod with a trusted --signing-key); never `trtwarm sign` an entry that failed a trust "
                  "check; or check --trust-policy"),
+    UnsafeVolume: (9, "remove (or move away) what stands there: trtwarm recreates its own directories; then find "
+                      "out who else writes this volume"),
     RemoteError: (10, "the remote engine repository failed; `trtwarm remote ls --remote URL` checks it"),
     RemoteAuthError: (11, "check the object-store credentials (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY from the "
                           "Secret, or the workload identity's role) and that they may read (and, to push, write) the "
@@ -201,6 +208,8 @@ EXIT_MEANINGS: dict[int, str] = {
        "that nobody replaced within --lock-timeout",
     7: "trust policy enforce: the entry is unsigned or not signed by a key trusted for it, and this Pod cannot "
        "replace it (--read-only, or no --signing-key)",
+    9: "the volume holds a symlink or another file type where trtwarm's own directory or file belongs: refused, "
+       "nothing followed or deleted (the message names the path)",
     10: "the remote repository failed: a server error after retries, a refused blob with nothing to fall back "
         "on (--read-only), a ref that is not a trtwarm ref",
     11: "the object store or registry refused the credentials (wrong key or secret, expired token) or the operation (a "
@@ -243,6 +252,7 @@ __all__ = [
     "Terminated",
     "TrtwarmError",
     "TrustError",
+    "UnsafeVolume",
     "VOLUME_ERRNOS",
     "VolumeError",
     "exit_code_for",

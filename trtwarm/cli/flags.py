@@ -55,6 +55,10 @@ def add_run_flags(init: argparse.ArgumentParser) -> None:
     """The flags of ``init`` that do not change the key: hand-off, locking, verification, Triton."""
     init.add_argument("--handoff-dir", default=HANDOFF_PRESET, help="engine.json + engine link (%(default)s; outside "
                       "Kubernetes, when this user cannot create it: ~/.cache/trtwarm/handoff)")
+    init.add_argument("--handoff", choices=["copy", "link"], help="copy: hand over this Pod's copy of the verified "
+                      "files (hashed as copied; a reflink where the filesystem offers it), so nothing written to "
+                      "the volume after the check reaches the server; link: the `engine` link points into the "
+                      "volume (default: copy under an enforced trust policy, else link)")
     init.add_argument("--lock-timeout", default="1h", help="longest wait for another builder (%(default)s)")
     init.add_argument("--lock-mode", default="auto", choices=["auto", "flock", "lease"],
                       help="how the build lock is held: flock, a heartbeat lease file (for filesystems without "

@@ -122,6 +122,10 @@ def as_error(exc: BaseException, reporting: bool) -> TrtwarmError | None:
         return exc
     if isinstance(exc, KeyboardInterrupt):  # SIGINT outside init (init turns it into Interrupted itself)
         return Interrupted("interrupted (SIGINT)")
+    if isinstance(exc, OSError) and exc.errno == errno.ELOOP and exc.filename and os.path.islink(exc.filename):
+        from trtwarm.fs.safe import refusal  # a link where trtwarm's own file belongs (opened O_NOFOLLOW): exit 9
+
+        return refusal(exc.filename, what="file")
     if is_volume_errno(exc):  # a volume fault no layer translated: still exit 6 with its hint, never exit 1
         log.debug("untranslated volume error", exc_info=exc)
         return volume_error(exc, "use")

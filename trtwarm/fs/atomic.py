@@ -85,9 +85,9 @@ def touch(path: PathLike, mode: Callable[[], int]) -> None:
     missing; nothing where the volume cannot be written (read-only, full) or the directory is gone."""
     try:
         try:
-            os.utime(path)  # one syscall on every hit but an entry's first
-        except FileNotFoundError:
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, mode()))
+            os.utime(path, follow_symlinks=False)  # one syscall on every hit but an entry's first; a link put there
+        except FileNotFoundError:                  # is touched itself, never the file it points at
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, mode()))
     except OSError as exc:
         if exc.errno not in READ_ONLY_ERRNOS | FULL_ERRNOS | {errno.ENOENT}:
             raise

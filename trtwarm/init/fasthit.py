@@ -17,8 +17,9 @@ Kubernetes Events to send. What a record proves is what the stamps and signature
 directory, same owner rules, same threat model: :mod:`trtwarm.volume.stamps`). Nothing is written before every
 check has passed.
 
-Imports: ``json``, ``os``, ``signal``, ``sys``, ``time``, ``zlib`` and trtwarm's leaf modules (:mod:`trtwarm.fs.atomic`
-writes as the full init does), on purpose: they are the whole cost (for a GPU, :mod:`trtwarm.node.gpu` and NVML too).
+Imports: ``json``, ``os``, ``signal``, ``stat``, ``sys``, ``time``, ``zlib``, CPython's built-in SHA-256 and trtwarm's
+leaf modules (:mod:`trtwarm.fs.atomic` writes as the full init does; :mod:`trtwarm.init.hitstart` names the start),
+on purpose: they are the whole cost (for a GPU, :mod:`trtwarm.node.gpu` and NVML too; ``--handoff copy``: hashlib).
 """
 
 from __future__ import annotations
@@ -27,14 +28,23 @@ import errno
 import json
 import os
 import signal
+import stat
 import sys
 import time
-import zlib
 
 from trtwarm import __version__
-
 from trtwarm.fs import atomic
 from trtwarm.fs.info import FULL_ERRNOS, READ_ONLY_ERRNOS, identity, safely_owned
+from trtwarm.init.hitstart import (
+    ENV_KEY,
+    ENV_KEY_BYTES,
+    POD_OWN,
+    boot_id,
+    env_key,
+    record_name,
+    stamp_dir,
+    start_of,
+)
 from trtwarm.names import holder
 from trtwarm.node.podenv import events_configured
 
@@ -44,47 +54,7 @@ if TYPE_CHECKING:  # not at run time: every module imported here is paid on each
     from typing import Any
 
 SCHEMA = 1
-#: variables of one Pod that its siblings do not share, left out of the start so a Deployment's Pods repeat each
-#: other's hits (the lease is named after the Pod anew each time); and a shell's bookkeeping (cwd is compared)
-POD_OWN = frozenset({"HOSTNAME", "POD_NAME", "POD_UID", "POD_IP", "POD_IPS", "_", "SHLVL", "PWD", "OLDPWD"})
-LIMIT = 1 << 20  # a record holds the environment: a namespace's service variables can make it tens of KiB
-DEFAULT_HANDOFF_DIR = "/trtwarm"  # = config.DEFAULT_HANDOFF_DIR, not imported (config imports argparse)
-
-
-def start_of(args: list[str], environ: Mapping[str, str]) -> dict[str, Any]:
-    """What an init's outcome may depend on besides files: its arguments, directory and environment."""
-    return {"args": list(args), "cwd": os.getcwd(), "env": {k: v for k, v in environ.items() if k not in POD_OWN}}
-
-
-def record_name(start: dict[str, Any]) -> str:
-    """``hit-<crc32>.json``: a checksum only finds the file; the record holds the whole start, compared in full."""
-    return f"hit-{zlib.crc32(json.dumps(start, sort_keys=True).encode()):08x}.json"
-
-
-def stamp_dir(args: list[str], environ: Mapping[str, str]) -> str:
-    """Where the full init would keep stamps for these arguments, as its parser reads them (``--stamp-dir``, else
-    ``<handoff-dir>/stamps``; the flag, else ``TRTWARM_*``). A form this misreads only looks in the wrong place,
-    where no record of this start can be."""
-    def option(flag: str) -> str | None:
-        value = None
-        for i, arg in enumerate(args):
-            if arg == flag and i + 1 < len(args):
-                value = args[i + 1]
-            elif arg.startswith(flag + "="):
-                value = arg[len(flag) + 1:]
-        return value or environ.get("TRTWARM_" + flag[2:].upper().replace("-", "_")) or None
-
-    found = option("--stamp-dir") or os.path.join(option("--handoff-dir") or DEFAULT_HANDOFF_DIR, "stamps")
-    return os.path.abspath(found)
-
-
-def boot_id() -> str:
-    """This boot of this node (the CPU in the key cannot change without one)."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as handle:
-            return handle.read().strip()
-    except OSError:
-        return ""
+LIMIT = 1 << 20  # a record holds the arguments, the witnesses and the report: a few KiB
 
 
 def attempt(args: list[str], environ: Mapping[str, str]) -> int | None:
@@ -96,16 +66,26 @@ def attempt(args: list[str], environ: Mapping[str, str]) -> int | None:
     started = time.monotonic()
     if events_configured(environ):  # the full init sends the EngineCacheHit Event
         return None
-    start = start_of(args, environ)
+    directory = stamp_dir(args, environ)
+    key = env_key(directory)
+    if key is None:
+        return None
+    start = start_of(args, environ, key)
     try:
-        record = _load(stamp_dir(args, environ), start)
+        record = _load(directory, start)
         if record is None or not (_holds(record["witnesses"]) and _device_holds(record["device"], environ)):
             return None  # checked before the lease: a changed input must leave no lease on a key it no longer has
     except (OSError, ValueError, LookupError, TypeError):  # a record this version cannot use: resolve in full
         return None
+    try:  # before the signals are held: a copy takes as long as its bytes, and nothing refers to it yet
+        copied = _copy(record["copy"], record["report"], record["handoff"]["dir"]) if record.get("copy") else {}
+    except (OSError, ValueError, LookupError, TypeError):
+        return None
+    if copied is None:
+        return None
     held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
     try:
-        done = _hand_over(record, environ, started)
+        done = _hand_over(record, environ, started, copied)
     except (OSError, ValueError, LookupError, TypeError):  # e.g. an unwritable hand-off: the full init reports it
         done = None
     if done is None:
@@ -158,17 +138,52 @@ def _device_holds(device: dict[str, Any], environ: Mapping[str, str]) -> bool:
         gpu.key_fields(info, device["hardware_compat"]) == device["fields"]
 
 
-def _hand_over(record: dict[str, Any], environ: Mapping[str, str],
-               started: float) -> tuple[dict[str, Any], str | None] | None:
+def _own_dirs(volume: str) -> bool:
+    """Whether the volume's directories the repeat writes in are directories (``lstat``: a link to another directory,
+    or a file there, is the full init's to refuse, exit 9)."""
+    for name in ("entries", ".leases", ".uses"):
+        try:
+            if not stat.S_ISDIR(os.lstat(os.path.join(volume, name)).st_mode):
+                return False
+        except FileNotFoundError:
+            continue
+    return True
+
+
+def _copy(copy: dict[str, Any], report: dict[str, Any], handoff_dir: str) -> dict[str, Any] | None:
+    """``--handoff copy``: the entry's files copied into a new ``<handoff-dir>/copies/<key16>.<rand>/``, each hashed
+    as copied and matched against the digest the record holds (the manifest's): the report's ``path``, ``files``
+    and ``identities`` for the copy, or None (a file changed: resolve in full, which verifies the entry again)."""
+    from trtwarm.fs.copy import copy_files  # hashlib: paid by a copy-mode repeat only, which reads every byte
+
+    target = os.path.join(handoff_dir, "copies", f"{report['key'][:16]}.{os.urandom(4).hex()}")
+    files = copy_files(copy["source"], copy["files"], target)
+    if files is None:
+        return None
+    return {"path": os.path.join(target, os.path.basename(report["path"])), "files": files,
+            "identities": {p: identity(os.lstat(p)) for p in files}, "copy_dir": target}
+
+
+def _hand_over(record: dict[str, Any], environ: Mapping[str, str], started: float,
+               copied: dict[str, Any]) -> tuple[dict[str, Any], str | None] | None:
     """Lease, look again, mark the use, write the hand-off: ``(report, why no lease)``, or None (look in full)."""
+    if not _own_dirs(record["lease"]["volume"]):
+        return None
     lease = _take_lease(record["lease"], environ)
     if not _holds(record["witnesses"]):  # again after the lease, as the full init looks up after its lease: a gc
         return None  # that removed the entry meanwhile either saw the lease or is seen here
     verified = time.monotonic()
     atomic.touch(record["use"]["path"], lambda: _file_mode(record["use"]["volume"]))  # = EngineStore.touch_use
-    report = dict(record["report"], seconds={"key": verified - started, "wait": 0.0, "build": 0.0, "verify": 0.0,
-                                             "total": time.monotonic() - started})
+    keep = copied.pop("copy_dir", None)
+    report = dict(record["report"], **copied, seconds={"key": verified - started, "wait": 0.0, "build": 0.0,
+                                                       "verify": 0.0, "total": time.monotonic() - started})
+    if not copied:  # --handoff link: the files on the volume, whose identities the witnesses just matched
+        report["identities"] = {p: identity(os.lstat(p)) for p in report.get("files") or [report["path"]]}
     _hand_off(record["handoff"]["dir"], report)
+    if keep is not None:
+        from trtwarm.fs.copy import prune
+
+        prune(os.path.join(record["handoff"]["dir"], "copies"), keep)  # = trtwarm.init.handcopy.prune_copies
     return report, lease
 
 
@@ -204,7 +219,11 @@ def _take_lease(lease: dict[str, Any], environ: Mapping[str, str]) -> str | None
     doc = {"key": lease["key"], "name": lease["name"], "pod": pod, "namespace": namespace,
            "node": environ.get("NODE_NAME") or None, "hostname": host, "pid": os.getpid(), "refreshed": time.time()}
     try:
-        os.makedirs(directory, exist_ok=True)
+        try:
+            os.mkdir(directory)
+        except FileExistsError:
+            if not stat.S_ISDIR(os.lstat(directory).st_mode):  # a link or a file: the full init refuses it (exit 9)
+                raise OSError(errno.ENOTDIR, "not a directory", directory) from None
         atomic.write(os.path.join(directory, holder(pod, namespace, host) + ".json"),
                      (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode(), _file_mode(lease["volume"]),
                      durable=False)
@@ -264,4 +283,5 @@ class _Log:
             pass
 
 
-__all__ = ["LIMIT", "POD_OWN", "SCHEMA", "attempt", "boot_id", "record_name", "stamp_dir", "start_of"]
+__all__ = ["ENV_KEY", "ENV_KEY_BYTES", "LIMIT", "POD_OWN", "SCHEMA", "attempt", "boot_id", "env_key", "record_name",
+           "stamp_dir", "start_of"]

@@ -44,6 +44,10 @@ class WarmReport:
     trtwarm_version: str = __version__
     extra: dict[str, Any] = field(default_factory=dict)
     files: dict[str, int] = field(default_factory=dict)  # every file of the entry (absolute path → bytes)
+    handoff: str = "link"  # link: `engine` points into the cache volume; copy: into this Pod's copy (--handoff)
+    #: every handed-over file's (device, inode, size, mtime_ns, ctime_ns) when it was handed over: the sidecar's
+    #: readiness compares them, so an in-place rewrite of the same size is not ready (any write changes ctime)
+    identities: dict[str, list[int]] = field(default_factory=dict)
     remote: dict[str, Any] = field(default_factory=dict)  # --remote: bytes/seconds pulled and pushed, errors by kind
 
     def summary(self) -> dict[str, Any]:

@@ -75,7 +75,10 @@ def remember(plan: Plan, entry: Entry, report: WarmReport, warnings: list[list[s
     witnesses = _witnesses(plan, entry)
     if witnesses is None or plan.stamps is None or s.stamp_dir is None:
         return
-    start = fasthit.start_of(list(s.start_args), s.environ)
+    key = _env_key(s.stamp_dir)
+    if key is None:
+        return
+    start = fasthit.start_of(list(s.start_args), s.environ, key)
     layout = plan.layout
     record = {"schema": fasthit.SCHEMA, "version": __version__, "start": start, "boot_id": fasthit.boot_id(),
               "expires": plan.stamps.oldest + s.stamp_max_age, "witnesses": witnesses, "files": plan.stamps.vouched,
@@ -86,13 +89,42 @@ def remember(plan: Plan, entry: Entry, report: WarmReport, warnings: list[list[s
               "use": {"path": str(layout.use_path(plan.key)), "volume": str(layout.root)},
               "handoff": {"dir": str(s.handoff_dir), "termination_log": str(s.termination_log),
                           "log_format": s.log_format},
-              "report": {k: v for k, v in asdict(report).items() if k != "seconds"}, "warnings": warnings}
+              "report": {k: v for k, v in asdict(report).items() if k != "seconds"}, "warnings": warnings,
+              # --handoff copy: a repeat copies (and hashes) the entry's files again, into its own Pod's hand-off
+              "copy": {"source": str(entry.path), "files": [[f["path"], f["sha256"]] for f in entry.files]}
+              if report.handoff == "copy" else None}
     if len(json.dumps(record)) > fasthit.LIMIT:  # never read back: not worth the write
         return
     try:
         atomic_write_json(s.stamp_dir / fasthit.record_name(start), record, 0o600, durable=False)
     except OSError as exc:  # the stamps' own writes say so when the directory fails them
         log.debug("no hit record written to %s: %s", s.stamp_dir, exc)
+
+
+def _env_key(directory: Path) -> bytes | None:
+    """The stamp directory's salt of the environment's digest (:data:`~trtwarm.init.fasthit.ENV_KEY`), made once:
+    written under a temporary name and linked into place, so a concurrent init reads a whole one or makes its own
+    and keeps the winner's. None when it cannot be read or made (no record then)."""
+    if (key := fasthit.env_key(str(directory))) is not None:
+        return key
+    tmp = directory / f".{fasthit.ENV_KEY}.{os.getpid()}.{os.urandom(4).hex()}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, os.urandom(fasthit.ENV_KEY_BYTES))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        with contextlib.suppress(FileExistsError):  # another init made it first: theirs is the key
+            os.link(tmp, directory / fasthit.ENV_KEY)
+            for old in directory.glob("hit-*.json"):  # no record can predate its key: an older trtwarm's, which
+                old.unlink(missing_ok=True)            # held the environment itself (secrets): removed now
+    except OSError as exc:
+        log.debug("no hit record key in %s: %s", directory, exc)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    return fasthit.env_key(str(directory))
 
 
 def _witnesses(plan: Plan, entry: Entry) -> list[list[Any]] | None:

@@ -44,6 +44,7 @@ class Plan:
     events: EventRecorder | None = None
     gate: Gate = field(default_factory=Gate)  # the trust policy: checks before any load, signs what is published
     stamps: StampBook | None = None  # --verify stamp
+    copier: Any = None  # --handoff copy without stamps: a trtwarm.init.handcopy.CopyingDigest (verify = copy)
     remote: Any = None  # a trtwarm.remote.sync.RemoteSync with --remote
     stuck: tuple[Any, Any, str] | None = None  # (entry dir, its identity, why): damaged, and not movable from here
     memo: Path | None = None  # the stat cache the model's digests were memoised in (see _memo_dir)

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trtwarm.init import handoff, hitrecord, seed
+from trtwarm.init import handcopy, handoff, hitrecord, seed
 from trtwarm.config import Settings
 from trtwarm.errors import BuildError, HandoffOnVolume, LockTimeoutError, VolumeError
 from trtwarm.node.events import EventRecorder
@@ -48,7 +48,7 @@ def _lookup(plan: Plan) -> Entry | None:
     start = time.monotonic()
     store = plan.store
     plan.gate.preload()  # the verifier's import overlaps with the hashing that comes next
-    entry = store.lookup(plan.key, plan.name, plan.load_check(), plan.stamps.digest if plan.stamps else None)
+    entry = store.lookup(plan.key, plan.name, plan.load_check(), plan.stamps.digest if plan.stamps else plan.copier)
     plan.seconds["verify"] = plan.seconds.get("verify", 0.0) + time.monotonic() - start
     if store.stuck is not None:  # damaged, and this Pod cannot move it away: remember which one, and why
         path, reason = store.stuck
@@ -208,6 +208,9 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
     if remote is not None:
         remote.verify_ref = plan.gate.check_ref  # the trust policy, on a ref before its download
     log.info("key %s for %s", plan.key[:16], plan.name)
+    mode = settings.handoff or ("copy" if plan.gate.mode == "enforce" else "link")
+    if mode == "copy" and plan.stamps is None:  # the verification's one read also makes the copy
+        plan.copier = handcopy.CopyingDigest(settings.handoff_dir, plan.key)
     _take_lease(plan)
     with hitrecord.warnings_said() as warned:  # a hit that warned is not repeated (it would warn again unseen)
         entry, result = _obtain(plan)
@@ -222,7 +225,10 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
     plan.seconds["total"] = time.monotonic() - start
     _emit_outcome(plan, result)
     report = _report(plan, entry, result)
+    copy = handcopy.hand_over_files(settings.handoff_dir, mode, plan.key, entry.path, entry.files, report,
+                                    plan.copier)
     _hand_off(settings, report, entry, plan.builder.name)
+    handcopy.prune_copies(settings.handoff_dir, copy)  # earlier copies, and copies of entries that failed a check
     if repeatable:
         hitrecord.remember(plan, entry, report, said)
     if result == "built" and plan.remote is not None and settings.remote_push == "best-effort":
@@ -278,7 +284,7 @@ def _hand_off(settings: Settings, report: WarmReport, entry: Entry, builder: str
                           "writable emptyDir at --handoff-dir, shared with the inference container") from exc
     if settings.triton_repo and settings.triton_model:
         try:
-            handoff.triton_repo(settings.triton_repo, settings.triton_model, entry.engine, builder)
+            handoff.triton_repo(settings.triton_repo, settings.triton_model, Path(report.path), builder)
         except OSError as exc:
             raise VolumeError(f"cannot lay out the Triton model repository {settings.triton_repo}: {exc.strerror}",
                               hint="mount a writable emptyDir at --triton-repo, shared with Triton") from exc

@@ -16,7 +16,6 @@ import errno
 import logging
 import os
 import secrets
-import shutil
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm.errors import LockTimeoutError
+from trtwarm.fs import safe
 from trtwarm.lifecycle.filters import select
 from trtwarm.lifecycle.entryinfo import EntryInfo
 from trtwarm.lifecycle.inventory import Inventory
@@ -194,31 +194,40 @@ def remove(layout: Layout, action: Action, respect_leases: bool = True) -> bool:
     :return: whether it was removed (False: already gone, or a Pod started using it meanwhile)
     """
     trash = layout.root / ".trash"
-    trash.mkdir(exist_ok=True)
+    safe.makedirs(layout.root, trash, layout.dir_mode())
     target = trash / f"{action.path.name}.{secrets.token_hex(4)}"
     try:
-        os.rename(action.path, target)
+        safe.rename(layout.root, action.path, target)  # a link is moved as a link, its target never touched
     except FileNotFoundError:
         return False
     if action.key and respect_leases and any(lease.fresh(time.time()) for lease in leaselib.scan_key(layout,
                                                                                                     action.key)):
         try:
-            os.rename(target, action.path)
+            safe.rename(layout.root, target, action.path)
             log.info("kept %s: a Pod started using it while gc ran", action.name)
             return False
         except OSError as exc:  # a new build published the same name meanwhile: that one is as good
             if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
                 raise
-    shutil.rmtree(target, ignore_errors=True)
+    _discard(layout, target)
     if action.key and action.path.parent == layout.entries:
-        layout.use_path(action.key).unlink(missing_ok=True)
+        safe.unlink(layout.root, layout.use_path(action.key))
     return True
+
+
+def _discard(layout: Layout, target: Path) -> None:
+    """Delete what :func:`remove` moved into ``.trash``: a tree (links inside removed, not followed), or the link or
+    file that stood where an entry belongs."""
+    if os.path.islink(target) or not os.path.isdir(target):
+        safe.unlink(layout.root, target)
+    else:
+        safe.rmtree(layout.root, target, ignore_errors=True)
 
 
 def execute(layout: Layout, gc_plan: Plan, respect_leases: bool = True) -> list[Action]:
     """Carry out *gc_plan*; return the actions that removed something (``rm --force`` ignores leases)."""
     done = [a for a in gc_plan.actions if remove(layout, a, respect_leases)]
-    shutil.rmtree(layout.root / ".trash", ignore_errors=True)  # leftovers of an interrupted earlier pass
+    safe.rmtree(layout.root, layout.root / ".trash", ignore_errors=True)  # leftovers of an interrupted earlier pass
     _prune_leases(layout, gc_plan.made_at)
     return done
 
@@ -228,9 +237,9 @@ def _prune_leases(layout: Layout, now: float) -> None:
     for key, found in leaselib.scan(layout).items():
         for lease in found:
             if now - lease.heartbeat > 86400:
-                lease.path.unlink(missing_ok=True)
+                safe.unlink(layout.root, lease.path)
         try:
-            (layout.leases / key).rmdir()
+            safe.rmdir(layout.root, layout.leases / key)
         except OSError:
             continue  # not empty: live leases remain
 
@@ -270,6 +279,7 @@ def run(layout: Layout, policy: Policy, *, mode: str = "auto") -> tuple[Plan, li
     """One unattended pass (the sidecar's periodic gc): lock, scan, plan, execute."""
     from trtwarm.lifecycle.inventory import scan
 
+    layout.check()  # trtwarm's own directories are directories, not links elsewhere (exit 9)
     with VolumeGcLock(layout, mode):
         gc_plan = plan(scan(layout, time.time()), policy)
         return gc_plan, execute(layout, gc_plan)

@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm.errors import EntryInvalid
+from trtwarm.fs import safe
 from trtwarm.fs.ops import read_json_object
 from trtwarm.lifecycle.entryinfo import FULL_KEY, EntryInfo, OwnerInfo
 from trtwarm.lifecycle.manifest_index import ManifestIndex
 from trtwarm.volume import leases as leaselib
 from trtwarm.volume.files import check_stats, scan_files
-from trtwarm.volume.layout import Layout
+from trtwarm.volume.layout import OWN_DIRS, Layout
 from trtwarm.volume.store import (
     MANIFEST_LIMIT,
     STALE_STAGING_SECONDS,
@@ -232,6 +233,8 @@ def scan(layout: Layout, now: float | None = None, *, manifests: bool = True,
         added to it (the caller saves it; the scan never writes)
     """
     now = time.time() if now is None else now
+    if layout.root.is_dir():  # trtwarm's own directories are never listed (then deleted) through a link: exit 9
+        safe.check_tree(layout.root, OWN_DIRS)
     owners = _owners(layout, now)
     building = {o.lock_id for o in owners if o.is_key and not o.stale}
     all_leases = leaselib.scan(layout)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trtwarm.errors import EntryInvalid
+from trtwarm.fs import safe
 from trtwarm.fs.ops import atomic_write_json, read_json_object
 from trtwarm.lifecycle.entryinfo import EntryInfo
 from trtwarm.lifecycle.inventory import Inventory
@@ -102,15 +102,15 @@ def fix(store: EngineStore, problems: list[Problem]) -> tuple[list[Problem], OSE
             if problem.fix == "quarantine":
                 store.quarantine(problem.path, problem.kind, strict=True)
             elif problem.kind == "stale-staging":
-                shutil.rmtree(problem.path)
+                safe.rmtree(store.layout.root, problem.path)
             else:
-                problem.path.unlink(missing_ok=True)
+                safe.unlink(store.layout.root, problem.path)
         except FileNotFoundError:  # gone meanwhile (another verify, gc, a builder): fixed all the same
             pass
         except OSError as exc:
             failure = failure or exc
             continue
-        if not problem.path.exists():
+        if not os.path.lexists(problem.path):
             fixed.append(problem)
     return fixed, failure
 

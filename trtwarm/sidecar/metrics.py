@@ -20,6 +20,8 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from trtwarm.errors import UnsafeVolume
+from trtwarm.fs.info import identity
 from trtwarm.init import handoff
 from trtwarm.lifecycle.gc import REASONS
 from trtwarm.volume.layout import Layout
@@ -41,21 +43,26 @@ _HISTOGRAMS = (  # (metric, engine.json seconds field, results that observe it, 
 
 
 def engine_ready(report: dict[str, Any] | None) -> tuple[bool, str]:
-    """Whether the hand-off says ready and the engine is still there with its recorded size; and why not."""
+    """Whether the hand-off says ready and every handed-over file is still there with its recorded identity
+    (device, inode, size, mtime, ctime: an in-place rewrite of the same size changes ctime), or, in an older
+    ``engine.json`` without ``identities``, its recorded size; and why not."""
     if report is None:
         return False, "no engine.json yet (trtwarm init has not finished)"
     if report.get("ready") is not True:
         return False, f"trtwarm init failed: {report.get('error', 'unknown error')}"
     files = report.get("files")
     expected = files if isinstance(files, dict) and files else {str(report.get("path")): report.get("engine_bytes")}
+    known = report.get("identities") if isinstance(report.get("identities"), dict) else {}
     for path, recorded in expected.items():  # every file of the entry (an older engine.json lists none: the engine)
         what = "engine" if path == report.get("path") else "entry file"
         try:
-            size = os.stat(path).st_size
+            st = os.lstat(path)
         except OSError as exc:
             return False, f"{what} {path} is gone ({exc.strerror})"
-        if size != recorded:
-            return False, f"{what} {path} is {size} bytes, engine.json says {recorded}"
+        if st.st_size != recorded:
+            return False, f"{what} {path} is {st.st_size} bytes, engine.json says {recorded}"
+        if path in known and identity(st) != known[path]:
+            return False, f"{what} {path} was rewritten or replaced after it was handed over (its identity changed)"
     return True, f"ready: {report.get('name')}"
 
 
@@ -111,6 +118,10 @@ class VolumeWatcher:
         except OSError as exc:
             self.errors += 1
             log.warning("cannot scan the cache volume %s: %s", self.layout.root, exc)
+            return
+        except UnsafeVolume as exc:  # a link where trtwarm's directory belongs: not listed through
+            self.errors += 1
+            log.error("cannot scan the cache volume %s: %s", self.layout.root, exc)
             return
         uses = [e.last_used for e in inv.entries if e.last_used]
         self.summary = {"entries": len(inv.entries), "bytes": sum(e.bytes for e in inv.entries),

@@ -33,7 +33,7 @@ from typing import Any
 from prometheus_client.exposition import choose_encoder
 
 from trtwarm.config import Identity, parse_duration
-from trtwarm.errors import LockTimeoutError
+from trtwarm.errors import LockTimeoutError, UnsafeVolume
 from trtwarm.sidecar.metrics import Readiness, VolumeWatcher, registry
 from trtwarm.volume import leases as leaselib
 from trtwarm.volume.layout import Layout
@@ -154,6 +154,9 @@ class Sidecar:
                     EngineStore(self.layout).touch_use(report["key"])
                 except OSError as exc:  # keep serving; the next round tries again
                     log.warning("cannot refresh the lease on %s: %s", report.get("name"), exc)
+                except UnsafeVolume as exc:  # nothing written through it; said each round until someone fixes it
+                    self.volume.errors += 1
+                    log.error("cannot refresh the lease on %s: %s", report.get("name"), exc)
             self.stopping.wait(self.s.lease_interval if self._announced else POLL_SECONDS)
 
     def _gc_loop(self) -> None:
@@ -167,6 +170,10 @@ class Sidecar:
                 continue
             except OSError as exc:
                 log.warning("periodic gc failed: %s", exc)
+                continue
+            except UnsafeVolume as exc:  # refused before anything was deleted; the next pass looks again
+                self.volume.errors += 1
+                log.error("periodic gc refused: %s", exc)
                 continue
             for reason, count in gclib.summarize(done).items():
                 self.volume.evictions[reason] += count
@@ -189,7 +196,10 @@ class Sidecar:
         self.server.server_close()
         self.volume.stop()
         with self._lease_lock:
-            leaselib.release(self.lease)
+            try:
+                leaselib.release(self.lease, self.layout)
+            except UnsafeVolume as exc:
+                log.error("lease not released: %s", exc)
         log.info("sidecar stopped; lease released")
 
     def stop(self) -> None:

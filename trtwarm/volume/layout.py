@@ -34,6 +34,7 @@ from pathlib import Path
 
 from trtwarm import errors
 from trtwarm.errors import VolumeError
+from trtwarm.fs import safe
 from trtwarm.fs.ops import READ_ONLY_ERRNOS, atomic_write
 
 log = logging.getLogger("trtwarm.volume")
@@ -45,6 +46,8 @@ CACHEDIR_TAG = (
 )
 ENGINES = "entries"
 SUBDIRS = (ENGINES, ".staging", ".locks", ".quarantine", ".uses", ".leases", ".statcache", "timing-caches")
+#: every directory of trtwarm's directly below the root: never followed through a symlink (:mod:`trtwarm.fs.safe`)
+OWN_DIRS = (*SUBDIRS, ".trash")
 
 
 class Layout:
@@ -104,13 +107,17 @@ class Layout:
         return 0o664 if self.group_shared() else 0o644
 
     def check(self) -> None:
-        """Refuse a root that is not a directory or carries another layout version; never writes.
+        """Refuse a root that is not a directory or carries another layout version, or whose own directories
+        (:data:`OWN_DIRS`) are symlinks or files; never writes.
 
         :raises VolumeError: the root exists but is not a usable trtwarm cache
+        :raises UnsafeVolume: one of its own directories is a symlink or not a directory (exit 9)
         """
         if self.root.exists() and not self.root.is_dir():
             raise VolumeError(f"cache dir {self.root} exists and is not a directory",
                               hint="point --cache-dir at a directory on the shared volume")
+        if self.root.is_dir():
+            safe.check_tree(self.root, OWN_DIRS)
         version_file = self.root / "VERSION"
         try:
             found = version_file.read_text().strip()
@@ -170,11 +177,8 @@ class Layout:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             mode = self.dir_mode()
-            for sub in SUBDIRS:
-                path = self.root / sub
-                if not path.is_dir():
-                    path.mkdir(exist_ok=True)
-                    os.chmod(path, mode)
+            for sub in SUBDIRS:  # never through a link another writer put there (checked above, and again here)
+                safe.makedirs(self.root, self.root / sub, mode)
             for name, text in (("VERSION", f"{LAYOUT_VERSION}\n"), ("CACHEDIR.TAG", CACHEDIR_TAG)):
                 if not (self.root / name).exists():
                     atomic_write(self.root / name, text.encode(), self.file_mode())
@@ -193,4 +197,4 @@ def volume_error(exc: OSError, path: Path, doing: str) -> VolumeError:
     return errors.volume_error(exc, doing, path, hint=hint)
 
 
-__all__ = ["CACHEDIR_TAG", "LAYOUT_VERSION", "SUBDIRS", "Layout", "volume_error"]
+__all__ = ["CACHEDIR_TAG", "LAYOUT_VERSION", "OWN_DIRS", "SUBDIRS", "Layout", "volume_error"]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trtwarm.config import Identity
+from trtwarm.fs import safe
 from trtwarm.fs.ops import FULL_ERRNOS, READ_ONLY_ERRNOS, atomic_write_json
 from trtwarm.names import holder
 from trtwarm.volume.layout import Layout
@@ -62,12 +63,13 @@ def take(layout: Layout, key: str, name: str, identity: Identity) -> Path | str:
     not stop a Pod whose engine is there (``"read-only"``, ``"full"``); the caller says so, once.
 
     :raises OSError: any other failure of the volume
+    :raises UnsafeVolume: ``.leases`` or ``.leases/<key>`` is a symlink or a file (exit 9: nothing written there)
     """
     path = lease_path(layout, key, identity)
     doc = {"key": key, "name": name, "pod": identity.pod, "namespace": identity.namespace, "node": identity.node,
            "hostname": identity.hostname, "pid": os.getpid(), "refreshed": time.time()}
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        safe.makedirs(layout.root, path.parent, layout.dir_mode())
         atomic_write_json(path, doc, layout.file_mode(), durable=False)  # advisory: its mtime is what counts
     except OSError as exc:
         if exc.errno in FULL_ERRNOS:
@@ -85,37 +87,46 @@ def not_taken(why: str, name: str) -> str:
             "Pod uses it; it sees only its last use")
 
 
-def release(path: Path | None) -> None:
-    """Remove a lease (the Pod is going away); missing is fine."""
+def release(path: Path | None, layout: Layout | None = None) -> None:
+    """Remove a lease (the Pod is going away); missing is fine. With *layout*, through :mod:`trtwarm.fs.safe`."""
     if path is None:
         return
     try:
-        path.unlink()
+        if layout is not None:
+            safe.unlink(layout.root, path)
+        else:
+            path.unlink()
     except OSError as exc:
         if exc.errno not in _IGNORED:
             raise
 
 
 def scan(layout: Layout) -> dict[str, list[Lease]]:
-    """All leases on the volume, by key (one ``scandir`` per key directory)."""
+    """All leases on the volume, by key (one ``scandir`` per key directory).
+
+    :raises UnsafeVolume: ``.leases`` or a key's directory in it is a symlink or a file (a lease that cannot be
+        read must not read as "no Pod uses this entry")
+    """
     found: dict[str, list[Lease]] = {}
-    try:
-        keys = list(os.scandir(layout.leases))
-    except FileNotFoundError:
+    if not safe.check_dir(layout.root, layout.leases):
         return found
+    with os.scandir(layout.leases) as it:
+        keys = list(it)
     for key_dir in keys:
-        if key_dir.is_dir(follow_symlinks=False) and (items := scan_key(layout, key_dir.name)):
+        if (items := scan_key(layout, key_dir.name)):
             found[key_dir.name] = items
     return found
 
 
 def scan_key(layout: Layout, key: str) -> list[Lease]:
-    """The leases on one key."""
+    """The leases on one key. :raises UnsafeVolume: its directory is a symlink or a file"""
     try:
+        if not safe.check_dir(layout.root, layout.leases / key):
+            return []
         with os.scandir(layout.leases / key) as it:
             return [Lease(key, e.name.removesuffix(".json"), Path(e.path), e.stat(follow_symlinks=False).st_mtime)
                     for e in it if e.name.endswith(".json")]
-    except (FileNotFoundError, NotADirectoryError):
+    except FileNotFoundError:
         return []
 
 

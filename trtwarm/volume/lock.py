@@ -28,6 +28,7 @@ from typing import Any
 
 from trtwarm.config import Identity
 from trtwarm.errors import LockTimeoutError
+from trtwarm.fs import safe
 from trtwarm.fs.ops import atomic_write_json, mount_of, read_json_object
 from trtwarm.volume.layout import Layout
 
@@ -83,7 +84,7 @@ def file_lock(layout: Layout, lock_id: str, mode: str) -> Any:
     """
     import filelock  # ~0.1 s to import: only a miss pays it
 
-    layout.locks.mkdir(exist_ok=True)
+    safe.makedirs(layout.root, layout.locks, layout.dir_mode())  # never a link elsewhere (exit 9)
     if mode == "lease":
         return filelock.SoftFileLease(layout.lease_path(lock_id), lease_duration=LEASE_SECONDS,
                                       heartbeat_interval=HEARTBEAT_SECONDS, mode=0o664)
@@ -96,7 +97,7 @@ def _wait_shared(path: Path, released: threading.Event) -> None:
     import fcntl
 
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o664)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o664)  # never a file a link points at
     except OSError:  # cannot wait here: the caller tries the lock itself again after a pause
         time.sleep(LEASE_POLL_SECONDS)
         released.set()
@@ -263,7 +264,7 @@ class BuildLock:
             self._beat.join(timeout=2)
         owner = read_owner(self.layout.owner_path(self.lock_id))
         if owner and owner.get("pid") == os.getpid() and owner.get("hostname") == self.identity.hostname:
-            self.layout.owner_path(self.lock_id).unlink(missing_ok=True)
+            safe.unlink(self.layout.root, self.layout.owner_path(self.lock_id))
         if self._lock is not None:
             self._lock.release()
 

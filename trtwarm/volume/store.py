@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trtwarm.fs import safe
 from trtwarm.fs.atomic import touch
 from trtwarm.errors import EntryInvalid
 from trtwarm.fs.ops import (
@@ -120,6 +121,11 @@ def check_entry(path: Path, key: str | None, *, digest: bool = True, file_digest
     :param file_digest: how each listed file's digest is obtained (default: hash it); e.g.
         :meth:`trtwarm.volume.stamps.StampBook.digest`, which skips the hash of a file a trusted stamp vouches for
     """
+    try:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):  # a link to a directory elsewhere is never followed
+            raise EntryInvalid(f"the entry is {safe.what_is(os.lstat(path))}, not a directory (not followed)")
+    except FileNotFoundError:
+        raise EntryInvalid("the entry directory is missing") from None
     entry = Entry(path, read_manifest(path))
     if key is not None and entry.key != key:
         raise EntryInvalid(f"manifest.json is for another key ({entry.key[:16]})")
@@ -160,7 +166,7 @@ class EngineStore:
 
     def find(self, key: str, name: str | None = None) -> Path | None:
         """Return the directory holding *key* (tried by *name* first, then by the ``--<key16>`` suffix)."""
-        if name is not None and (self.layout.entry_dir(name)).is_dir():
+        if name is not None and os.path.lexists(self.layout.entry_dir(name)):  # a link there is checked, then moved
             return self.layout.entry_dir(name)
         suffix = "--" + key[:16]
         try:
@@ -184,10 +190,10 @@ class EngineStore:
             if check is not None:
                 check(entry)
         except EntryInvalid as exc:
-            if not path.exists():  # removed by gc while we read it: a plain miss
+            if not os.path.lexists(path):  # removed by gc while we read it: a plain miss
                 return None
             log.warning("entry %s failed verification: %s; quarantining it", path.name, exc.reason)
-            if self.quarantine(path, exc.reason) is None and path.exists():
+            if self.quarantine(path, exc.reason) is None and os.path.lexists(path):
                 self.stuck = (path, exc.reason)
             return None
         return entry
@@ -201,8 +207,8 @@ class EngineStore:
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         target = self.layout.quarantine / f"{path.name}.{stamp}.{sanitize(reason, 40)}.{os.urandom(2).hex()}"
         try:
-            self.layout.quarantine.mkdir(exist_ok=True)
-            os.rename(path, target)
+            safe.makedirs(self.layout.root, self.layout.quarantine, self.layout.dir_mode())
+            safe.rename(self.layout.root, path, target)  # a link in entries/ is moved as a link
         except FileNotFoundError:
             return None  # another reader quarantined it first
         except OSError as exc:
@@ -220,7 +226,7 @@ class EngineStore:
         published."""
         name = f"{key[:16]}.{_host()}.{os.getpid()}.{os.urandom(4).hex()}"
         path = self.layout.staging / name
-        path.mkdir(mode=self.layout.dir_mode())
+        safe.makedirs(self.layout.root, path, self.layout.dir_mode())
         try:
             yield path
         except BaseException as exc:
@@ -228,7 +234,7 @@ class EngineStore:
             log.debug("the %s ended with %s", what, type(exc).__name__)
             raise
         finally:
-            _rmtree(path)
+            safe.rmtree(self.layout.root, path, ignore_errors=True)
 
     def publish(self, staging: Path, name: str, manifest: dict[str, Any],
                 signature: dict[str, Any] | None = None) -> bool:
@@ -247,7 +253,7 @@ class EngineStore:
         os.chmod(staging, self.layout.dir_mode())
         fsync_dir(staging)
         try:
-            os.rename(staging, self.layout.entry_dir(name))
+            safe.rename(self.layout.root, staging, self.layout.entry_dir(name))
         except OSError as exc:
             if exc.errno not in _LOST_RACE:
                 raise
@@ -262,11 +268,12 @@ class EngineStore:
         Call it with the key's build lock held, so no live builder of that key is working there.
         """
         removed = []
+        safe.check_dir(self.layout.root, self.layout.staging)  # never list (and then delete) through a link
         for path in _listdir(self.layout.staging):
             if key is not None and path.name.split(".")[0] != key[:16]:
                 continue
             if staging_stale(path, time.time(), max_age):
-                _rmtree(path)
+                safe.rmtree(self.layout.root, path, ignore_errors=True)
                 removed.append(path)
         return removed
 
@@ -291,12 +298,6 @@ def staging_stale(path: Path, now: float, max_age: float = STALE_STAGING_SECONDS
         return False
     dead = len(parts) >= 4 and parts[-3] == _host() and parts[-2].isdigit() and not pid_alive(int(parts[-2]))
     return dead or age > max_age
-
-
-def _rmtree(path: Path) -> None:
-    import shutil  # off the hit path
-
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def _host() -> str:
