@@ -225,6 +225,8 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
     plan.seconds["total"] = time.monotonic() - start
     _emit_outcome(plan, result)
     report = _report(plan, entry, result)
+    if plan.seeded and settings.handoff is None:
+        mode = "link"  # a read-only tier (an image volume, pinned by digest) cannot be rewritten after the check
     copy = handcopy.hand_over_files(settings.handoff_dir, mode, plan.key, entry.path, entry.files, report,
                                     plan.copier)
     _hand_off(settings, report, entry, plan.builder.name)
