@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trtwarm.errors import ConfigError, EntryInvalid, VolumeError
+from trtwarm.errors import ConfigError, EntriesDamaged, EntryInvalid, VolumeError
 from trtwarm.fs.ops import read_json_object
 from trtwarm.lifecycle.filters import selector_word
 from trtwarm.trust import keys
@@ -111,8 +111,8 @@ def cmd_sign(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
             print(f"{r['result']:<10} {r['name']}: {r['detail']}")
     refused = [r for r in results if r["result"] == "refused"]
     if refused:
-        raise VolumeError(f"{len(refused)} entr{'y' if len(refused) == 1 else 'ies'} failed verification and "
-                          "were not signed", hint="`trtwarm verify --fix` quarantines them; the next init rebuilds")
+        raise EntriesDamaged(f"{len(refused)} entr{'y' if len(refused) == 1 else 'ies'} failed verification and "
+                             "were not signed", hint="`trtwarm verify --fix` quarantines them; the next init rebuilds")
     return 0
 
 
