@@ -18,7 +18,7 @@ from trtwarm.cli.main import main
 from trtwarm.cli.demo import make_model
 from trtwarm.key import sanitize
 
-GC_FLAGS = (["--yes"], ["--json"], ["--max-age", "0s"], ["--max-bytes", "0"], ["--keep-per-model", "0"],
+GC_FLAGS = (["--yes"], ["--json"], ["--max-age", "0s"], ["--max-bytes", "0"], ["--keep-per-model", "1"],
             ["--quarantine-grace", "0s"], ["--max-remove", "1"], ["--lock-mode", "lease"])
 RM_FLAGS = (["--yes"], ["--force"], ["--json"], ["--lock-mode", "lease"])
 

@@ -182,7 +182,7 @@ def test_verify_finds_each_planted_fault_and_fix_repairs_it(model: Path, cache: 
         plant(Path(built[kind]["path"]).parent)
     dead_staging(cache, built["good"]["key"])
     clean_before = run_trtwarm("verify", "--cache-dir", str(cache), "--json")
-    assert clean_before.returncode == 1
+    assert clean_before.returncode == 8
     found = {(Path(p["path"]).name, p["kind"]) for p in json.loads(clean_before.stdout)["problems"]}
     assert {(built[k]["name"], k) for k in FAULTS} <= found
     assert any(kind == "stale-staging" for _, kind in found)

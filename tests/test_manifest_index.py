@@ -26,8 +26,11 @@ def build(model: Path, cache: Path, tmp_path: Path, tag: str) -> str:
 
 def ls_json(cache: Path) -> list[dict[str, Any]]:
     run = run_trtwarm("ls", "--cache-dir", str(cache), "--json")
-    assert run.returncode == 0 and run.stderr == "", run.stderr
-    return json.loads(run.stdout)
+    rows = json.loads(run.stdout)
+    damaged = sum(r["status"] == "damaged" for r in rows)  # ls answers for all, and exits 8 if any is damaged
+    assert run.returncode == (8 if damaged else 0), run.stderr
+    assert (f"{damaged} of the entries listed" in run.stderr) if damaged else run.stderr == "", run.stderr
+    return rows
 
 
 def status(rows: list[dict[str, Any]], name: str) -> tuple[str, str | None]:
@@ -110,7 +113,7 @@ def test_corruption_found_by_verify_shows_through_the_index(cache: Path, volume:
     engine = cache / "entries" / volume["a"] / "engine.plan"
     engine.write_bytes(b"X" + engine.read_bytes()[1:])  # same size: only hashing finds it
     assert status(ls_json(cache), volume["a"]) == ("ok", None)
-    assert run_trtwarm("verify", "--cache-dir", str(cache)).returncode == 1
+    assert run_trtwarm("verify", "--cache-dir", str(cache)).returncode == 8
     assert status(ls_json(cache), volume["a"]) == (
         "damaged", "engine SHA-256 does not match the manifest (corrupt) (found by trtwarm verify)")
 

@@ -336,14 +336,23 @@ def test_prebuild_fills_the_remote_and_coverage_says_which_pods_would_hit(
 
     after = run_trtwarm("remote", "coverage", "--matrix", str(matrix), "--gpus", "cpu,NVIDIA H100 80GB HBM3", env=env)
     assert after.returncode == 0, after.stderr
-    assert "coverage 50% (2 of 4)" in after.stdout
-    assert [line.split()[1:] for line in after.stdout.splitlines()[1:3]] == [["present", "MISSING"]] * 2
+    # CPU engines (the onnxruntime CPU provider) are answered under cpu; under the H100 they do not apply ("-"):
+    # neither MISSING nor counted
+    assert "coverage 100% (2 of 2)" in after.stdout, after.stdout
+    assert [line.split()[1:] for line in after.stdout.splitlines()[1:3]] == [["present", "-"]] * 2
+    gpu_only = run_trtwarm("remote", "coverage", "--matrix", str(matrix), "--gpus", "NVIDIA H100 80GB HBM3", env=env)
+    assert gpu_only.returncode == 0 and "cpu" in gpu_only.stdout.splitlines()[0], gpu_only.stdout  # a cpu column
+    assert "MISSING" not in gpu_only.stdout and "coverage 100% (2 of 2)" in gpu_only.stdout, gpu_only.stdout
     listing = run_trtwarm("remote", "ls", env=env)
     assert listing.stdout.count("onnxruntime 1.") == 2 and "2 refs in" in listing.stdout
     gone = _matrix(tmp_path, model, [{"model": "gone.onnx"}])  # a model CI has not fetched: its row, not the table
     partial = run_trtwarm("remote", "coverage", "--matrix", str(gone), "--gpus", "cpu", env=env)
     assert partial.returncode == 3 and "coverage 67% (2 of 3)" in partial.stdout, partial.stdout + partial.stderr
     assert "NO MODEL" in partial.stdout and "gone/default: " in partial.stderr
+    bad = _matrix(tmp_path, model, [{"model": model.name, "name": "bad", "shape": ["input=oops"]}])
+    one_bad = run_trtwarm("remote", "coverage", "--matrix", str(bad), "--gpus", "cpu", env=env)
+    assert one_bad.returncode == 2 and "coverage 67% (2 of 3)" in one_bad.stdout, one_bad.stdout + one_bad.stderr
+    assert "BAD ROW" in one_bad.stdout and "bad/default: " in one_bad.stderr  # the bad row named, the rest answered
 
     # a Pod on a fresh volume with one of the matrix configurations pulls what CI prebuilt
     pod = run_trtwarm(*ort_init_args(tmp_path / model.name, tmp_path / "pod", tmp_path / "hp", "--remote", url),

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trtwarm.errors import ConfigError, TrtwarmError, exit_code_for
+from trtwarm.errors import ConfigError, ModelError, TrtwarmError, exit_code_for
 from trtwarm.remote.client import Client
 from trtwarm.remote.repo import Repository, blob_path, manifest_files, ref_path
 from trtwarm.remote.url import parse
@@ -168,8 +168,8 @@ def cmd_gc(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
                           hint="give a count of 1 or more (or --max-age); `trtwarm remote rm` removes chosen refs")
     repo = _repo(ns, environ)
     blobs = list(repo.blobs())  # blobs first: one uploaded after this listing is not in the plan at all
-    todo = plan(repo.read_refs(), blobs, time.time(), max_age=parse_duration(ns.max_age) if ns.max_age else None,
-                keep_per_model=ns.keep_per_model, blob_grace=parse_duration(ns.blob_grace))
+    todo = plan(repo.read_refs(), blobs, time.time(), max_age=parse_duration(ns.max_age, "--max-age") if ns.max_age else None,
+                keep_per_model=ns.keep_per_model, blob_grace=parse_duration(ns.blob_grace, "--blob-grace"))
     act = ns.yes and not ns.dry_run
     if act:
         for key, _name, _reason in todo.refs:
@@ -209,28 +209,37 @@ def cmd_coverage(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm remote coverage``: a table of matrix row × GPU product, present or missing, and a percentage."""
     from trtwarm.lifecycle.tables import render
     from trtwarm.cli.prebuild import coverage_rows
-    from trtwarm.remote.coverage import cover, percent
+    from trtwarm.remote.coverage import cover, cpu_row, is_cpu, percent
 
     gpus = [g.strip() for g in ns.gpus.split(",") if g.strip()]
     if not gpus:  # "100 % of nothing" would pass a CI gate
         raise ConfigError("--gpus names no GPU product", hint='e.g. --gpus "NVIDIA H100 80GB HBM3,NVIDIA A100-SXM4-'
                           '80GB" (`nvidia-smi --query-gpu=name --format=csv` on a node), or cpu')
     rows = coverage_rows(Path(ns.matrix), environ, ns.tensorrt)
+    if any(cpu_row(want) for _label, want in rows) and not any(is_cpu(g) for g in gpus):
+        gpus.append("cpu")  # CPU rows are answered in a CPU column, never as MISSING under a GPU product
     refs = [(k, r) for k, r, _p in _repo(ns, environ).read_refs() if r is not None]
     cells = cover(rows, gpus, refs)
     failed = {label: err for label, err in rows if isinstance(err, TrtwarmError)}
     if ns.json:
-        _out({"percent": round(percent(cells), 1), "cells": [{"row": c.row, "gpu": c.gpu, "key": c.key}
-                                                             for c in cells],
+        _out({"percent": round(percent(cells), 1), "gpus": gpus,
+              "cells": [{"row": c.row, "gpu": c.gpu, "key": c.key} for c in cells if c.applies],
               "unreadable": {label: err.message for label, err in failed.items()}})
     else:
-        table = [[label, *("NO MODEL" if label in failed else "present" if c.key else "MISSING"
-                           for c in cells if c.row == label)] for label, _ in rows]
+        table = [[label, *(_cell(c, failed.get(label)) for c in cells if c.row == label)] for label, _ in rows]
         print(render(["MODEL/PRECISION", *gpus], table))
-        print(f"\ncoverage {percent(cells):.0f}% ({sum(c.key is not None for c in cells)} of {len(cells)})")
+        counted = [c for c in cells if c.applies]
+        print(f"\ncoverage {percent(cells):.0f}% ({sum(c.key is not None for c in counted)} of {len(counted)})")
     for label, err in failed.items():  # every other row was still answered; the run fails, naming these
         log.error("%s: %s", label, err.message)
     return exit_code_for(next(iter(failed.values()))) if failed else 0
+
+
+def _cell(cell: Any, error: TrtwarmError | None) -> str:
+    """A coverage table cell: ``present``, ``MISSING``, ``-`` (does not apply), or why the row has no key."""
+    if error is not None:
+        return "NO MODEL" if isinstance(error, ModelError) else "BAD ROW"
+    return "-" if not cell.applies else "present" if cell.key else "MISSING"
 
 
 def cmd_prebuild(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
