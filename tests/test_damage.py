@@ -107,9 +107,9 @@ def test_ls_shows_truncation_at_once_and_corruption_after_verify(model: Path, ca
 
 def test_init_says_when_it_creates_a_new_cache_root(model: Path, cache: Path, tmp_path: Path) -> None:
     first = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h1"))
-    assert first.returncode == 0 and f"creating a new trtwarm cache in {cache}" in first.stderr, first.stderr
+    assert first.returncode == 0 and f"created a new trtwarm cache in {cache}" in first.stderr, first.stderr
     again = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h2", "--key-extra", "x=1"))
-    assert again.returncode == 0 and "creating a new trtwarm cache" not in again.stderr
+    assert again.returncode == 0 and "created a new trtwarm cache" not in again.stderr
 
 
 def test_a_hit_keeps_the_previous_handoff_as_engine_prev_json(model: Path, cache: Path, tmp_path: Path) -> None:

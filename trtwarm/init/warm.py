@@ -175,6 +175,8 @@ def _obtain(plan: Plan) -> tuple[Entry, str]:
     gc moved away while we verified it, is a plain miss: look again, and build."""
     for _attempt in range(3):
         found = _lookup(plan)
+        if found is None and not plan.settings.read_only and _unchanged_damage(plan):
+            return _replacement(plan)
         entry, result = (found, "hit") if found is not None else _build_or_wait(plan)
         if entry is not None and entry.engine.exists():
             return entry, result
@@ -182,6 +184,32 @@ def _obtain(plan: Plan) -> tuple[Entry, str]:
                     plan.label)
     raise VolumeError(f"{plan.label} kept disappearing while this init used it",
                       hint="a cleanup that ignores trtwarm's leases is running on this volume; stop it")
+
+
+def _replacement(plan: Plan) -> tuple[Entry, str]:
+    """The entry is damaged and this Pod cannot move it away (a read-only mount, or a volume it may not write): it
+    can neither quarantine nor rebuild it, so it waits as ``--read-only`` would for a Pod that may write the volume
+    to replace it, and says so. :raises VolumeError: nothing replaced it within ``--lock-timeout`` (exit 6)"""
+    assert plan.stuck is not None
+    path, _ident, reason = plan.stuck
+    where = "the cache volume is mounted read-only here" if read_only_mount(plan.layout.root) else \
+        "this Pod may not write the cache volume"
+    log.warning("the entry %s is damaged (%s) and %s: this init can neither quarantine nor rebuild it, so it waits "
+                "as --read-only would, up to %.0f s (--lock-timeout), for a Pod that may write the volume to replace "
+                "it", path.name, reason, where, plan.settings.lock_timeout)
+    entry, result = _wait_read_only(plan)
+    if entry is None:
+        raise VolumeError(f"the replacement of the damaged entry {path.name} failed verification too",
+                          hint="`trtwarm verify` on a writable mount says why")
+    return entry, result
+
+
+def read_only_mount(path: Path) -> bool:
+    """Whether *path* is on a filesystem mounted read-only (``statvfs``'s ``ST_RDONLY``)."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def _take_lease(plan: Plan) -> None:
