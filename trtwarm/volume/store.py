@@ -106,6 +106,10 @@ def read_manifest(path: Path) -> dict[str, Any]:
         raise EntryInvalid(f"manifest.json is unreadable ({exc.strerror})") from None
     check_manifest(doc)  # the one shape check (trtwarm.volume.schema): every reader of a manifest comes here
     listed_files(doc)
+    name, parent = os.path.basename(path), os.path.basename(os.path.dirname(path))
+    named = name.rpartition("--")[2] if "--" in name and parent == "entries" else None  # <name>--<key16>
+    if named is not None and named != doc["key"][:16]:  # init finds it by that name: every reader judges it alike
+        raise EntryInvalid(f"manifest.json is for key {doc['key'][:16]}, the directory's name says {named[:16]}")
     return doc
 
 
