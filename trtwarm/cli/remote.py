@@ -168,8 +168,9 @@ def cmd_gc(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
                           hint="give a count of 1 or more (or --max-age); `trtwarm remote rm` removes chosen refs")
     repo = _repo(ns, environ)
     blobs = list(repo.blobs())  # blobs first: one uploaded after this listing is not in the plan at all
-    todo = plan(repo.read_refs(), blobs, time.time(), max_age=parse_duration(ns.max_age, "--max-age") if ns.max_age else None,
-                keep_per_model=ns.keep_per_model, blob_grace=parse_duration(ns.blob_grace, "--blob-grace"))
+    max_age = parse_duration(ns.max_age, "--max-age") if ns.max_age else None
+    todo = plan(repo.read_refs(), blobs, time.time(), max_age=max_age, keep_per_model=ns.keep_per_model,
+                blob_grace=parse_duration(ns.blob_grace, "--blob-grace"))
     act = ns.yes and not ns.dry_run
     if act:
         for key, _name, _reason in todo.refs:

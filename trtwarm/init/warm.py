@@ -29,6 +29,7 @@ from trtwarm.init import handoff, hitrecord
 from trtwarm.config import Settings
 from trtwarm.errors import BuildError, HandoffOnVolume, LockTimeoutError, VolumeError
 from trtwarm.node.events import EventRecorder
+from trtwarm.fs.info import read_only_mount
 from trtwarm.fs.ops import FULL_ERRNOS, READ_ONLY_ERRNOS
 from trtwarm.init.handoff import WarmReport
 from trtwarm.init.plan import Plan, resolve
@@ -190,8 +191,7 @@ def _replacement(plan: Plan) -> tuple[Entry, str]:
     """The entry is damaged and this Pod cannot move it away (a read-only mount, or a volume it may not write): it
     can neither quarantine nor rebuild it, so it waits as ``--read-only`` would for a Pod that may write the volume
     to replace it, and says so. :raises VolumeError: nothing replaced it within ``--lock-timeout`` (exit 6)"""
-    assert plan.stuck is not None
-    path, _ident, reason = plan.stuck
+    path, _ident, reason = plan.stuck  # type: ignore[misc]  # set: the caller checked _unchanged_damage
     where = "the cache volume is mounted read-only here" if read_only_mount(plan.layout.root) else \
         "this Pod may not write the cache volume"
     log.warning("the entry %s is damaged (%s) and %s: this init can neither quarantine nor rebuild it, so it waits "
@@ -202,14 +202,6 @@ def _replacement(plan: Plan) -> tuple[Entry, str]:
         raise VolumeError(f"the replacement of the damaged entry {path.name} failed verification too",
                           hint="`trtwarm verify` on a writable mount says why")
     return entry, result
-
-
-def read_only_mount(path: Path) -> bool:
-    """Whether *path* is on a filesystem mounted read-only (``statvfs``'s ``ST_RDONLY``)."""
-    try:
-        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
-    except OSError:
-        return False
 
 
 def _take_lease(plan: Plan) -> None:

@@ -160,6 +160,8 @@ class Sidecar:
         from trtwarm.lifecycle import gc as gclib
         assert self.s.gc_interval is not None
         while not self.stopping.wait(self.s.gc_interval):
+            if self.volume.check_mounted() is not None:  # unmounted: no gc lock is created in the mount point
+                continue
             try:
                 _plan, done = gclib.run(self.layout, self.s.gc_policy, mode=self.s.lock_mode)
             except LockTimeoutError:
