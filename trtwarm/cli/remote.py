@@ -166,11 +166,12 @@ def cmd_gc(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     if ns.keep_per_model is not None and ns.keep_per_model < 1:  # 0 or less would plan to remove every ref
         raise ConfigError(f"--keep-per-model {ns.keep_per_model} would remove every ref",
                           hint="give a count of 1 or more (or --max-age); `trtwarm remote rm` removes chosen refs")
+    max_age = parse_duration(ns.max_age, "--max-age") if ns.max_age else None  # bad flags fail before the store
+    grace = parse_duration(ns.blob_grace, "--blob-grace")
     repo = _repo(ns, environ)
     blobs = list(repo.blobs())  # blobs first: one uploaded after this listing is not in the plan at all
-    max_age = parse_duration(ns.max_age, "--max-age") if ns.max_age else None
     todo = plan(repo.read_refs(), blobs, time.time(), max_age=max_age, keep_per_model=ns.keep_per_model,
-                blob_grace=parse_duration(ns.blob_grace, "--blob-grace"))
+                blob_grace=grace)
     act = ns.yes and not ns.dry_run
     if act:
         for key, _name, _reason in todo.refs:
