@@ -109,7 +109,8 @@ def read_manifest(path: Path) -> dict[str, Any]:
     name, parent = os.path.basename(path), os.path.basename(os.path.dirname(path))
     named = name.rpartition("--")[2] if "--" in name and parent == "entries" else None  # <name>--<key16>
     if named is not None and named != doc["key"][:16]:  # init finds it by that name: every reader judges it alike
-        raise EntryInvalid(f"manifest.json is for key {doc['key'][:16]}, the directory's name says {named[:16]}")
+        raise EntryInvalid(f"manifest.json is for another key ({doc['key'][:16]}) than the directory's name says "
+                           f"({named[:16]})")
     return doc
 
 
