@@ -247,8 +247,16 @@ def test_remote_ls_lists_an_unreadable_ref_without_widening_its_table(s3: Seawee
 
     key = "ef" * 32
     obstore.put(bucket(s3, url.removeprefix("s3://engines/")), f"refs/{key}.json", b"not JSON " * 40)
+    shaped = "cd" * 32  # JSON, a trtwarm ref, but a manifest of another shape than trtwarm writes
+    manifest = {"schema": 2, "key": shaped, "name": "m--cdcdcdcdcdcdcdcd", "built_by": "ci", "engine_file": "e",
+                "engine_sha256": "ab" * 32, "engine_bytes": 1,
+                "files": [{"path": "e", "role": "engine", "bytes": 1, "sha256": "ab" * 32}]}
+    obstore.put(bucket(s3, url.removeprefix("s3://engines/")), f"refs/{shaped}.json",
+                json.dumps({"schema": "trtwarm.ref/v1", "manifest": manifest, "signature": None}).encode())
     run = run_trtwarm("remote", "ls", "--remote", url, env=s3.env())
-    assert run.returncode == 0 and "(unreadable)" in run.stdout and f"unreadable ref {key[:16]}: " in run.stdout
+    assert run.returncode == 8 and "(unreadable)" in run.stdout and f"unreadable ref {key[:16]}: " in run.stdout
+    assert f"unreadable ref {shaped[:16]}: ref for {shaped[:16]}: manifest.json has built_by of type str" in run.stdout
+    assert "2 of 2 refs are unreadable" in run.stderr and "Traceback" not in run.stderr
     table = run.stdout.split("\n\n")[0].splitlines()
     assert max(len(line) for line in table if "(unreadable)" in line) <= 120, run.stdout
 

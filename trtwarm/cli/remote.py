@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trtwarm.errors import ConfigError, ModelError, TrtwarmError, exit_code_for
+from trtwarm.errors import ConfigError, EntriesDamaged, ModelError, TrtwarmError, exit_code_for
 from trtwarm.remote.client import Client
 from trtwarm.remote.repo import Repository, blob_path, manifest_files, ref_path
 from trtwarm.remote.url import parse
@@ -94,13 +94,18 @@ def cmd_ls(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     refs = _repo(ns, environ).read_refs()
     if ns.json:
         _out([{"key": k, "ref": r, "problem": p or None} for k, r, p in refs])
-        return 0
-    rows = [_row(k, r) if r else ["(unreadable)", k[:16], "-", "", "", "", "", "", ""] for k, r, p in refs]
-    print(render(["NAME", "KEY", "BUILDER", "DEVICE", "PRECISION", "SIZE", "CREATED", "BUILT BY", "SIGNED"],
-                 sorted(rows), right=("SIZE",)))
-    for key, _ref, problem in (r for r in refs if r[1] is None):  # below the table: a long reason must not widen it
-        print(f"unreadable ref {key[:16]}: {problem}")
-    print(f"\n{len(refs)} refs in {ns.remote}")
+    else:
+        rows = [_row(k, r) if r else ["(unreadable)", k[:16], "-", "", "", "", "", "", ""] for k, r, p in refs]
+        print(render(["NAME", "KEY", "BUILDER", "DEVICE", "PRECISION", "SIZE", "CREATED", "BUILT BY", "SIGNED"],
+                     sorted(rows), right=("SIZE",)))
+        for key, _ref, problem in (r for r in refs if r[1] is None):  # below the table: a long reason must not widen
+            print(f"unreadable ref {key[:16]}: {problem}")
+        print(f"\n{len(refs)} refs in {ns.remote}")
+    bad = [k for k, r, _p in refs if r is None]
+    if bad:  # every other ref was listed; the exit code says some are not trtwarm refs (as `ls` for entries)
+        raise EntriesDamaged(f"{len(bad)} of {len(refs)} refs are unreadable: {', '.join(k[:16] for k in bad[:3])}"
+                             + (", ..." if len(bad) > 3 else ""), hint="`trtwarm remote rm KEY` removes one; a "
+                             "prebuild or a builder's push writes it again")
     return 0
 
 
