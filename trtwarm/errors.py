@@ -216,7 +216,7 @@ EXIT_MEANINGS: dict[int, str] = {
     7: "trust policy enforce: the entry is unsigned or not signed by a key trusted for it, and this Pod cannot "
        "replace it (--read-only, or no --signing-key)",
     8: "some entries are damaged or problems were found: ls, show and verify list them (with the reason) and "
-       "answer for the rest; sign signed the others and refused those",
+       "answer for the rest; sign signed the others and refused those; remote ls listed unreadable refs",
     10: "the remote repository failed: a server error after retries, a refused blob with nothing to fall back "
         "on (--read-only), a ref that is not a trtwarm ref",
     11: "the object store refused the credentials (wrong key or secret, expired token) or the operation (a "
