@@ -221,7 +221,7 @@ def test_sign_refuses_a_damaged_entry_and_an_unknown_one(model: Path, cache: Pat
     engine = entry / json.loads((entry / "manifest.json").read_text())["engine_file"]
     engine.write_bytes(engine.read_bytes()[:-1] + b"!")
     refused = run_trtwarm("sign", entry.name, "--key", str(private), "--cache-dir", str(cache))
-    assert refused.returncode == 6 and "refused" in refused.stdout and "SHA-256" in refused.stdout
+    assert refused.returncode == 8 and "refused" in refused.stdout and "SHA-256" in refused.stdout
     assert not (entry / "manifest.sig.json").exists()
     unknown = run_trtwarm("sign", "deadbeefdeadbeef", "--key", str(private), "--cache-dir", str(cache))
     assert unknown.returncode == 2 and "no entry matches" in unknown.stderr
