@@ -111,8 +111,9 @@ def cmd_sign(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
             print(f"{r['result']:<10} {r['name']}: {r['detail']}")
     refused = [r for r in results if r["result"] == "refused"]
     if refused:
-        raise EntriesDamaged(f"{len(refused)} entr{'y' if len(refused) == 1 else 'ies'} failed verification and "
-                             "were not signed", hint="`trtwarm verify --fix` quarantines them; the next init rebuilds")
+        one = len(refused) == 1
+        raise EntriesDamaged(f"{len(refused)} entr{'y' if one else 'ies'} failed verification and "
+                             f"{'was' if one else 'were'} not signed", hint="`trtwarm verify --fix` quarantines them; the next init rebuilds")
     return 0
 
 
