@@ -241,7 +241,8 @@ def cmd_show(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     d = describe(inv, find(inv, ns.selector), ns.cache_dir, ns.verify, policy)
     print(json.dumps(d, indent=2, sort_keys=True) if ns.json else render(d, inv.now))
     if d["status"] == "damaged":  # shown in full; the exit code says it is damaged
-        raise EntriesDamaged(f"{d['name']} is damaged: {d['problem']}")
+        raise EntriesDamaged(f"{d['name']} is damaged: {d['problem']}", hint="`trtwarm verify --fix` quarantines "
+                             "it (kept for inspection); the next init that may write the volume rebuilds it")
     return 0
 
 
