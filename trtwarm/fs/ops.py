@@ -104,7 +104,7 @@ def read_json_object(path: Path, limit: int) -> dict[str, Any] | None:
     object: these files are advisory, and a reader treats a bad one as absent."""
     try:
         doc = json.loads(read_bounded(path, limit))
-    except (OSError, TooLarge, ValueError, RecursionError):  # ValueError includes bad UTF-8; Recursion: too deep
+    except (OSError, TooLarge, ValueError, RecursionError):  # RecursionError: nested too deeply for json
         return None
     return doc if isinstance(doc, dict) else None
 

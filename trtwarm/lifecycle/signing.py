@@ -113,7 +113,8 @@ def cmd_sign(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     if refused:
         one = len(refused) == 1
         raise EntriesDamaged(f"{len(refused)} entr{'y' if one else 'ies'} failed verification and "
-                             f"{'was' if one else 'were'} not signed", hint="`trtwarm verify --fix` quarantines them; the next init rebuilds")
+                             f"{'was' if one else 'were'} not signed",
+                             hint="`trtwarm verify --fix` quarantines them; the next init rebuilds")
     return 0
 
 

@@ -100,7 +100,7 @@ def read_manifest(path: Path) -> dict[str, Any]:
         raise EntryInvalid("manifest.json is missing") from None
     except TooLarge:
         raise EntryInvalid(f"manifest.json is larger than {MANIFEST_LIMIT} bytes") from None
-    except (ValueError, UnicodeDecodeError, RecursionError):  # RecursionError: nested deeper than json parses
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise EntryInvalid("manifest.json is not valid JSON") from None
     except OSError as exc:
         raise EntryInvalid(f"manifest.json is unreadable ({exc.strerror})") from None
