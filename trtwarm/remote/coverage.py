@@ -28,8 +28,8 @@ class Cell:
 
 
 def is_cpu(column: str) -> bool:
-    """Whether a column of ``--gpus`` is the CPU's."""
-    return column.strip().lower() == "cpu"
+    """Whether a column of ``--gpus`` is the CPU's (``cpu``, or ``cpu@PLATFORM`` where columns carry a platform)."""
+    return column.strip().lower().partition("@")[0] == "cpu"
 
 
 def cpu_row(want: Any) -> bool:
