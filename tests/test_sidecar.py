@@ -268,7 +268,9 @@ def test_a_missing_or_unmounted_cache_dir_is_not_ready_and_not_0_entries(sidecar
     assert status == 503 and "the cache volume is unusable" in body and "not a trtwarm cache" in body, body
     assert side.metric("trtwarm_cache_entries") is None  # no "0 entries" for a volume that is not there
     assert side.metric("trtwarm_exporter_scrape_errors_total") >= 1
-    shutil.copytree(cache, elsewhere, dirs_exist_ok=True)  # mounted after all
+    shutil.copytree(cache, tmp_path / "staged")
+    elsewhere.rmdir()
+    os.rename(tmp_path / "staged", elsewhere)  # mounted after all, at once
     wait_until(lambda: side.metric("trtwarm_cache_volume_available") == 1.0, 30, "volume_available 1")
     wait_until(lambda: side.metric("trtwarm_cache_entries") == 1.0, 30, "1 entry")
     assert get(side.url + "/readyz")[0] == 200
