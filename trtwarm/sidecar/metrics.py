@@ -80,8 +80,8 @@ class Readiness:
         report = handoff.read(self.handoff_dir)
         ready, why = engine_ready(report)
         problem = self.volume.problem if self.volume is not None else None
-        if problem and ready and self.volume is not None:  # the last scan's view may be older than the init
-            problem = self.volume.check_mounted()
+        if ready and self.volume is not None:  # before the first yes (remembered), look now: the first scan may
+            problem = self.volume.check_mounted()  # not have run yet, or be older than the init
         if problem:
             ready, why = False, f"{why if not ready else 'engine.json says ready'}; the cache volume is unusable: " \
                 f"{problem}"
