@@ -256,3 +256,24 @@ def test_fuzzed_refs_are_refused_with_a_remote_error_or_read_by_every_remote_rea
                                 "build": {"precision": "fp32"}, "device": {"kind": "cpu"}})], ["cpu", "gpu"],
                    [(key, ref)])
     gc.plan([(key, ref, "")], [], 2e9, max_age=1.0, keep_per_model=1)
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    ({"engine_bytes": True}, "engine_bytes of type bool"),
+    ({"engine_bytes": -1}, "negative engine_bytes"),
+    ({"created": float("nan")}, "created of type float"),
+    ({"created": 1e300}, "not a time"),
+    ({"schema": 3}, "schema 3, not one this trtwarm reads"),
+    ({"engine_file": "manifest.sig.json", "schema": 1}, "names manifest.sig.json as its engine"),
+    ({"key_document": {"build": {"shapes": {"input": {"opt": 8}}}}}, "shape of 'input' is malformed"),
+    ({"key": "K" * 64}, "key is not 64 hex digits"),
+])
+def test_the_manifest_schema_names_the_wrong_field(change: dict[str, Any], words: str) -> None:
+    from trtwarm.errors import ManifestInvalid
+    from trtwarm.volume.schema import check_manifest, salvage
+
+    doc = {"schema": 2, "key": "ab" * 32, "engine_file": "engine.plan", "engine_sha256": "cd" * 32,
+           "engine_bytes": 3, "name": "m--abababababababab", **change}
+    with pytest.raises(ManifestInvalid, match=words):
+        check_manifest(doc)
+    assert set(salvage(doc)) <= set(doc) and all(salvage(doc)[k] == doc[k] for k in salvage(doc) if k != "created")

@@ -35,6 +35,8 @@ _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "trtwarm_version": ((str,), False), "built_by": ((dict, type(None)), False), "extra": ((dict,), False),
     "key_document": ((dict,), False), "files": ((list,), False),
 }
+#: the entry's own files, never its engine (trtwarm.volume.files.SEALS)
+_SEALS = ("manifest.json", "manifest.sig.json")
 #: key-document sections a reader looks inside: each a JSON object when present
 _SECTIONS = ("model", "builder", "build", "device")
 
@@ -105,6 +107,8 @@ def check_manifest(doc: Any, *, keyed: bool = True) -> dict[str, Any]:
     engine_file = doc["engine_file"]
     if os.path.basename(engine_file) != engine_file or engine_file in ("", ".", ".."):
         raise ManifestInvalid(f"manifest.json names an engine outside the entry: {engine_file!r}", field="engine_file")
+    if engine_file in _SEALS:  # a schema-1 manifest lists its engine alone: it must not be the seal itself
+        raise ManifestInvalid(f"manifest.json names {engine_file} as its engine", field="engine_file")
     kd = doc.get("key_document")
     problem = key_document_problem(kd) if kd is not None else None
     if problem:
