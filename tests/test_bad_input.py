@@ -145,3 +145,36 @@ def test_a_hand_off_directory_on_the_cache_volume_is_refused_and_nothing_is_writ
     run = run_trtwarm(*cmd_init_args(model, cache, cache / "handoff"))
     assert_clean_failure(run, 2, "is on the cache volume")
     assert not (cache / "handoff").exists() and json.loads(run.stdout)["exit_code"] == 2
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["--progress-interval", "0"], "--progress-interval '0' is zero"),
+    (["--lock-timeout", "0s"], "--lock-timeout '0s' is zero"),
+    (["--events-timeout", "0"], "--events-timeout '0' is zero"),
+    (["--lock-timeout=-5s"], "invalid duration --lock-timeout '-5s'"),
+    (["--progress-interval", "99999999999d"], "longer than"),
+])
+def test_an_interval_or_timeout_of_zero_is_refused_with_exit_2(model: Path, cache: Path, tmp_path: Path,
+                                                               argv: list[str], words: str) -> None:
+    """`--progress-interval 0` once printed 44,930 lines in 5 s: a busy loop, never what was meant."""
+    run = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h", *argv), timeout=30)
+    assert run.returncode == 2 and words in run.stderr and "Traceback" not in run.stderr, run.stderr
+    assert not cache.exists()  # refused before anything was created
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["sidecar", "--scan-interval", "0"], "--scan-interval '0' is zero"),
+    (["sidecar", "--lease-interval", "0s"], "--lease-interval '0s' is zero"),
+    (["sidecar", "--gc-interval", "0m", "--gc-max-age", "1d"], "--gc-interval '0m' is zero"),
+    (["sidecar", "--gc-interval", "1h", "--gc-keep-per-model", "0"], "--gc-keep-per-model 0 would remove every"),
+    (["gc", "--keep-per-model", "0", "--yes"], "--keep-per-model 0 would remove every entry no Pod holds"),
+])
+def test_sidecar_and_gc_values_that_cannot_mean_anything_exit_2(model: Path, cache: Path, tmp_path: Path,
+                                                                argv: list[str], words: str) -> None:
+    """Nothing is removed and no busy loop starts: the sidecar exits at once instead of serving."""
+    built = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h"))
+    assert built.returncode == 0, built.stderr
+    run = run_trtwarm(*argv, "--cache-dir", str(cache), "--handoff-dir", str(tmp_path / "h"), timeout=30) \
+        if argv[0] == "sidecar" else run_trtwarm(*argv, "--cache-dir", str(cache), timeout=30)
+    assert run.returncode == 2 and words in run.stderr and "Traceback" not in run.stderr, run.stderr
+    assert len(list((cache / "entries").iterdir())) == 1

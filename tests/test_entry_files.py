@@ -49,7 +49,7 @@ def test_corrupt_side_file_is_caught_by_verify_and_on_hit(ext_model: Path, cache
     raw[len(raw) // 2] ^= 0xFF  # same size: only the digest can tell
     data.write_bytes(bytes(raw))
     verify = run_trtwarm("verify", "--cache-dir", str(cache), "--json")
-    assert verify.returncode == 1
+    assert verify.returncode == 8
     [problem] = json.loads(verify.stdout)["problems"]
     assert problem["kind"] == "corrupt" and "model.ort.data" in problem["detail"]
     again = run_trtwarm(*ort_init_args(ext_model, cache, tmp_path / "h2", "--verify", "load"))
@@ -67,7 +67,7 @@ def test_an_unlisted_file_is_damage(ext_model: Path, cache: Path, tmp_path: Path
     [row] = json.loads(run_trtwarm("ls", "--cache-dir", str(cache), "--json").stdout)  # the manifest-reading scan
     assert (row["status"], row["problem"]) == ("damaged", "unlisted file plugin.so (not in manifest.json)")
     verify = run_trtwarm("verify", "--cache-dir", str(cache), "--json")
-    assert verify.returncode == 1 and "unlisted file plugin.so" in verify.stdout
+    assert verify.returncode == 8 and "unlisted file plugin.so" in verify.stdout
     again = run_trtwarm(*ort_init_args(ext_model, cache, tmp_path / "h2"))
     assert again.returncode == 0 and again.summary["result"] == "built", again.stderr
     assert "unlisted file plugin.so" in again.stderr

@@ -83,7 +83,7 @@ def test_show_verify_finds_a_corrupt_engine_and_a_signature_file_is_reported(mod
     engine = entry / "engine.plan"
     engine.write_bytes(bytes(len(engine.read_bytes())))  # same size, other bytes
     bad = run_trtwarm("show", built["key"][:12], "--cache-dir", str(cache), "--verify")
-    assert bad.returncode == 1 and "failed: engine SHA-256 does not match" in bad.stdout
+    assert bad.returncode == 8 and "failed: engine SHA-256 does not match" in bad.stdout
     assert "signature    signed by no key (not checked: pass --trust-policy)" in bad.stdout
     as_json = json.loads(run_trtwarm("show", built["key"][:12], "--cache-dir", str(cache), "--verify", "--json").stdout)
     assert as_json["status"] == "damaged" and as_json["verified_now"].startswith("failed")  # one story, not "ok"

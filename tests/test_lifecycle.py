@@ -182,7 +182,7 @@ def test_verify_finds_each_planted_fault_and_fix_repairs_it(model: Path, cache: 
         plant(Path(built[kind]["path"]).parent)
     dead_staging(cache, built["good"]["key"])
     clean_before = run_trtwarm("verify", "--cache-dir", str(cache), "--json")
-    assert clean_before.returncode == 1
+    assert clean_before.returncode == 8
     found = {(Path(p["path"]).name, p["kind"]) for p in json.loads(clean_before.stdout)["problems"]}
     assert {(built[k]["name"], k) for k in FAULTS} <= found
     assert any(kind == "stale-staging" for _, kind in found)
@@ -245,16 +245,17 @@ def test_an_entry_path_or_a_completed_name_with_its_slash_selects_the_entry(mode
     assert signed.returncode == 0 and '"signed"' in signed.stdout, signed.stderr
 
 
-def test_a_hand_edited_key_document_of_another_shape_is_listed_not_a_crash(model: Path, cache: Path,
-                                                                          tmp_path: Path) -> None:
+def test_a_hand_edited_key_document_of_another_shape_is_damaged_not_a_crash(model: Path, cache: Path,
+                                                                           tmp_path: Path) -> None:
     built = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h"))
     manifest = Path(built.summary["path"]).parent / "manifest.json"
     doc = json.loads(manifest.read_text())
     doc["key_document"].update(builder="x", build=["not", "a", "mapping"], device=7)
     manifest.write_text(json.dumps(doc))
-    for argv in (["ls"], ["ls", "--json"], ["stats"], ["show", built.summary["name"]]):
+    for argv, code in ((["ls"], 8), (["ls", "--json"], 8), (["stats"], 0), (["show", built.summary["name"]], 8)):
         run = run_trtwarm(*argv, "--cache-dir", str(cache))
-        assert run.returncode == 0 and "Traceback" not in run.stderr and "unexpected" not in run.stderr, run.stderr
+        assert run.returncode == code and "Traceback" not in run.stderr and "unexpected" not in run.stderr, run.stderr
+    assert "damaged: manifest.json's key_document.builder is str, not an object" in run.stdout
     assert "- (no readable key document)" in run.stdout  # show: no init command line to offer
 
 

@@ -26,8 +26,11 @@ def build(model: Path, cache: Path, tmp_path: Path, tag: str) -> str:
 
 def ls_json(cache: Path) -> list[dict[str, Any]]:
     run = run_trtwarm("ls", "--cache-dir", str(cache), "--json")
-    assert run.returncode == 0 and run.stderr == "", run.stderr
-    return json.loads(run.stdout)
+    rows = json.loads(run.stdout)
+    damaged = sum(r["status"] == "damaged" for r in rows)  # ls answers for all, and exits 8 if any is damaged
+    assert run.returncode == (8 if damaged else 0), run.stderr
+    assert (f"{damaged} of the entries listed" in run.stderr) if damaged else run.stderr == "", run.stderr
+    return rows
 
 
 def status(rows: list[dict[str, Any]], name: str) -> tuple[str, str | None]:
@@ -110,7 +113,7 @@ def test_corruption_found_by_verify_shows_through_the_index(cache: Path, volume:
     engine = cache / "entries" / volume["a"] / "engine.plan"
     engine.write_bytes(b"X" + engine.read_bytes()[1:])  # same size: only hashing finds it
     assert status(ls_json(cache), volume["a"]) == ("ok", None)
-    assert run_trtwarm("verify", "--cache-dir", str(cache)).returncode == 1
+    assert run_trtwarm("verify", "--cache-dir", str(cache)).returncode == 8
     assert status(ls_json(cache), volume["a"]) == (
         "damaged", "engine SHA-256 does not match the manifest (corrupt) (found by trtwarm verify)")
 
@@ -154,15 +157,17 @@ def test_a_corrupt_or_foreign_index_is_a_full_read(cache: Path, volume: dict[str
 def test_an_entry_replaced_within_the_racy_window_is_read_again(model: Path, cache: Path, tmp_path: Path,
                                                                 volume: dict[str, str]) -> None:
     ls_json(cache)
-    # replace entry a by another entry's files under a's name (as rm followed by a publish of the same name does)
-    a, b = cache / "entries" / volume["a"], cache / "entries" / volume["b"]
-    shutil.rmtree(a)
+    # replace entry a by a rebuild of it (another creation time) under its name, as rm and a publish of it do
+    a = cache / "entries" / volume["a"]
     staged = cache / ".staging" / "replacement"
-    shutil.copytree(b, staged)
+    shutil.copytree(a, staged)
+    manifest = json.loads((staged / "manifest.json").read_text())
+    manifest["created"] += 1000.0
+    (staged / "manifest.json").write_text(json.dumps(manifest))
+    shutil.rmtree(a)
     os.rename(staged, a)
     rows = ls_json(cache)
-    b_key = json.loads((b / "manifest.json").read_text())["key"]
-    assert next(r for r in rows if r["name"] == volume["a"])["key"] == b_key
+    assert next(r for r in rows if r["name"] == volume["a"])["created_ts"] == manifest["created"]  # not the old row
     assert volume["a"] not in read_index(cache)["rows"]  # changed just now: no row until it is older than the window
     (a / "extra.bin").write_bytes(b"x")  # changed again, within the same second
     assert status(ls_json(cache), volume["a"]) == ("damaged", "unlisted file extra.bin (not in manifest.json)")

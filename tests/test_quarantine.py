@@ -76,7 +76,7 @@ FAULTS: dict[str, tuple[Callable[[Path], None], str]] = {
     "truncated manifest": (truncated_manifest, "not valid json"),
     "huge manifest": (huge_manifest, "larger than"),
     "missing manifest": (missing_manifest, "missing"),
-    "manifest for another key": (other_key, "another key"),
+    "manifest for another key": (other_key, "does not hash to its key"),  # its key document names the real one
     "engine replaced by a symlink": (symlinked_engine, "symlink"),
     "engine is a directory": (engine_is_directory, "not a regular file"),
     "manifest names a path outside": (manifest_escapes, "outside the entry"),

@@ -247,8 +247,16 @@ def test_remote_ls_lists_an_unreadable_ref_without_widening_its_table(s3: Seawee
 
     key = "ef" * 32
     obstore.put(bucket(s3, url.removeprefix("s3://engines/")), f"refs/{key}.json", b"not JSON " * 40)
+    shaped = "cd" * 32  # JSON, a trtwarm ref, but a manifest of another shape than trtwarm writes
+    manifest = {"schema": 2, "key": shaped, "name": "m--cdcdcdcdcdcdcdcd", "built_by": "ci", "engine_file": "e",
+                "engine_sha256": "ab" * 32, "engine_bytes": 1,
+                "files": [{"path": "e", "role": "engine", "bytes": 1, "sha256": "ab" * 32}]}
+    obstore.put(bucket(s3, url.removeprefix("s3://engines/")), f"refs/{shaped}.json",
+                json.dumps({"schema": "trtwarm.ref/v1", "manifest": manifest, "signature": None}).encode())
     run = run_trtwarm("remote", "ls", "--remote", url, env=s3.env())
-    assert run.returncode == 0 and "(unreadable)" in run.stdout and f"unreadable ref {key[:16]}: " in run.stdout
+    assert run.returncode == 8 and "(unreadable)" in run.stdout and f"unreadable ref {key[:16]}: " in run.stdout
+    assert f"unreadable ref {shaped[:16]}: ref for {shaped[:16]}: manifest.json has built_by of type str" in run.stdout
+    assert "2 of 2 refs are unreadable" in run.stderr and "Traceback" not in run.stderr
     table = run.stdout.split("\n\n")[0].splitlines()
     assert max(len(line) for line in table if "(unreadable)" in line) <= 120, run.stdout
 
@@ -336,14 +344,23 @@ def test_prebuild_fills_the_remote_and_coverage_says_which_pods_would_hit(
 
     after = run_trtwarm("remote", "coverage", "--matrix", str(matrix), "--gpus", "cpu,NVIDIA H100 80GB HBM3", env=env)
     assert after.returncode == 0, after.stderr
-    assert "coverage 50% (2 of 4)" in after.stdout
-    assert [line.split()[1:] for line in after.stdout.splitlines()[1:3]] == [["present", "MISSING"]] * 2
+    # CPU engines (the onnxruntime CPU provider) are answered under cpu; under the H100 they do not apply ("-"):
+    # neither MISSING nor counted
+    assert "coverage 100% (2 of 2)" in after.stdout, after.stdout
+    assert [line.split()[1:] for line in after.stdout.splitlines()[1:3]] == [["present", "-"]] * 2
+    gpu_only = run_trtwarm("remote", "coverage", "--matrix", str(matrix), "--gpus", "NVIDIA H100 80GB HBM3", env=env)
+    assert gpu_only.returncode == 0 and "cpu" in gpu_only.stdout.splitlines()[0], gpu_only.stdout  # a cpu column
+    assert "MISSING" not in gpu_only.stdout and "coverage 100% (2 of 2)" in gpu_only.stdout, gpu_only.stdout
     listing = run_trtwarm("remote", "ls", env=env)
     assert listing.stdout.count("onnxruntime 1.") == 2 and "2 refs in" in listing.stdout
     gone = _matrix(tmp_path, model, [{"model": "gone.onnx"}])  # a model CI has not fetched: its row, not the table
     partial = run_trtwarm("remote", "coverage", "--matrix", str(gone), "--gpus", "cpu", env=env)
     assert partial.returncode == 3 and "coverage 67% (2 of 3)" in partial.stdout, partial.stdout + partial.stderr
     assert "NO MODEL" in partial.stdout and "gone/default: " in partial.stderr
+    bad = _matrix(tmp_path, model, [{"model": model.name, "name": "bad", "shape": ["input=oops"]}])
+    one_bad = run_trtwarm("remote", "coverage", "--matrix", str(bad), "--gpus", "cpu", env=env)
+    assert one_bad.returncode == 2 and "coverage 67% (2 of 3)" in one_bad.stdout, one_bad.stdout + one_bad.stderr
+    assert "BAD ROW" in one_bad.stdout and "bad/default: " in one_bad.stderr  # the bad row named, the rest answered
 
     # a Pod on a fresh volume with one of the matrix configurations pulls what CI prebuilt
     pod = run_trtwarm(*ort_init_args(tmp_path / model.name, tmp_path / "pod", tmp_path / "hp", "--remote", url),

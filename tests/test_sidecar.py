@@ -253,3 +253,27 @@ def test_the_default_bind_serves_ipv6_and_ipv4(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=10)
+
+
+def test_a_missing_or_unmounted_cache_dir_is_not_ready_and_not_0_entries(sidecars, model: Path, cache: Path,
+                                                                         tmp_path: Path) -> None:
+    """A volume that is not mounted where the sidecar looks is not a healthy, empty cache: not ready, an error
+    metric, a log line; once the cache is there again it recovers."""
+    assert run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h")).returncode == 0
+    elsewhere = tmp_path / "unmounted"
+    elsewhere.mkdir()  # an empty mount point: the volume is not there
+    side = sidecars(elsewhere, tmp_path / "h", "--scan-interval", "0.2s")
+    wait_until(lambda: side.metric("trtwarm_cache_volume_available") == 0.0, 30, "volume_available 0")
+    status, body = get(side.url + "/readyz")
+    assert status == 503 and "the cache volume is unusable" in body and "not a trtwarm cache" in body, body
+    assert side.metric("trtwarm_cache_entries") is None  # no "0 entries" for a volume that is not there
+    assert side.metric("trtwarm_exporter_scrape_errors_total") >= 1
+    shutil.copytree(cache, tmp_path / "staged")
+    elsewhere.rmdir()
+    os.rename(tmp_path / "staged", elsewhere)  # mounted after all, at once
+    wait_until(lambda: side.metric("trtwarm_cache_volume_available") == 1.0, 30, "volume_available 1")
+    wait_until(lambda: side.metric("trtwarm_cache_entries") == 1.0, 30, "1 entry")
+    assert get(side.url + "/readyz")[0] == 200
+    side.proc.send_signal(signal.SIGTERM)
+    log = side.proc.communicate(timeout=10)[1]
+    assert f"cache dir {elsewhere} is empty: not a trtwarm cache" in log and "usable again" in log, log

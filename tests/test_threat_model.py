@@ -105,7 +105,7 @@ def test_sign_does_not_launder_a_rewritten_entry(model: Path, cache: Path, tmp_p
     assert consumer.returncode == 7 and "rebuild it" in consumer.stderr, consumer.stderr
     assert "or sign it" not in consumer.stderr and "`trtwarm sign` the entry" not in consumer.stderr
     laundered = run_trtwarm("sign", entry.name, "--key", str(private), "--cache-dir", str(cache))
-    assert laundered.returncode == 6 and "over other content" in laundered.stdout, laundered.stdout
+    assert laundered.returncode == 8 and "over other content" in laundered.stdout, laundered.stdout
     assert "rebuild it" in laundered.stderr and sig(entry) == before  # nothing written
     again = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h2", "--read-only", "--trust-policy", str(enforce)))
     assert again.returncode == 7 and _handed_over(tmp_path / "h2") is None

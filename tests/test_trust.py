@@ -157,7 +157,7 @@ def test_rotation_with_two_keys(tmp_path: Path, cache: Path) -> None:
         assert hit.returncode == 0 and hit.summary["result"] == "hit", hit.stderr
     [old_entry] = [e for e in entries(cache) if e.name.startswith("first")]
     blind = run_trtwarm("sign", old_entry.name, "--key", str(new_private), "--cache-dir", str(cache))
-    assert blind.returncode == 6 and "that this command cannot check (pass --trust-policy" in blind.stdout
+    assert blind.returncode == 8 and "that this command cannot check (pass --trust-policy" in blind.stdout
     dry = run_trtwarm("sign", old_entry.name, "--key", str(new_private), "--cache-dir", str(cache), "--dry-run",
                       "--trust-policy", str(both))
     assert dry.returncode == 0 and "would sign" in dry.stdout and len(sig(old_entry)["signatures"]) == 1
@@ -193,11 +193,11 @@ def test_verify_under_enforce_finds_and_quarantines_unsigned(model: Path, cache:
     assert run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h1")).returncode == 0
     enforce = str(policy(tmp_path, "enforce", public))
     found = run_trtwarm("verify", "--cache-dir", str(cache), "--trust-policy", enforce, "--json")
-    assert found.returncode == 1
+    assert found.returncode == 8
     [problem] = json.loads(found.stdout)["problems"]
     assert problem["kind"] == "untrusted" and problem["detail"] == "unsigned (no manifest.sig.json)"
     dry = run_trtwarm("verify", "--cache-dir", str(cache), "--trust-policy", enforce, "--fix", "--dry-run")
-    assert dry.returncode == 1 and len(entries(cache)) == 1
+    assert dry.returncode == 8 and len(entries(cache)) == 1
     fixed = run_trtwarm("verify", "--cache-dir", str(cache), "--trust-policy", enforce, "--fix")
     assert fixed.returncode == 0 and entries(cache) == [] and len(list((cache / ".quarantine").iterdir())) == 1
 
@@ -249,7 +249,7 @@ def test_sign_refuses_a_damaged_entry_and_an_unknown_one(model: Path, cache: Pat
     engine = entry / json.loads((entry / "manifest.json").read_text())["engine_file"]
     engine.write_bytes(engine.read_bytes()[:-1] + b"!")
     refused = run_trtwarm("sign", entry.name, "--key", str(private), "--cache-dir", str(cache))
-    assert refused.returncode == 6 and "refused" in refused.stdout and "SHA-256" in refused.stdout
+    assert refused.returncode == 8 and "refused" in refused.stdout and "SHA-256" in refused.stdout
     assert not (entry / "manifest.sig.json").exists()
     unknown = run_trtwarm("sign", "deadbeefdeadbeef", "--key", str(private), "--cache-dir", str(cache))
     assert unknown.returncode == 2 and "no entry matches" in unknown.stderr
@@ -342,3 +342,19 @@ def test_an_entry_a_volume_writer_slips_in_during_a_build_is_checked_not_handed_
     handed = (tmp_path / "h-cache" / "engine").resolve().read_bytes()
     assert handed == b"GOOD" * 1000, "the unsigned entry was handed over"
     assert "unsigned" in builder.log.read_text()  # type: ignore[attr-defined]
+
+
+def test_ls_shows_a_re_signed_entry_as_ok_without_another_verify(model: Path, cache: Path, tmp_path: Path) -> None:
+    """verify (enforce) finds the entry unsigned, ls shows that finding; `trtwarm sign` fixes it, and ls says so at
+    once instead of repeating the old finding until the next verify."""
+    private, public = keypair(tmp_path, "ci")
+    assert run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h1")).returncode == 0
+    enforce = str(policy(tmp_path, "enforce", public))
+    assert run_trtwarm("verify", "--cache-dir", str(cache), "--trust-policy", enforce).returncode == 8
+    [before] = json.loads(run_trtwarm("ls", "--cache-dir", str(cache), "--json").stdout)
+    assert before["status"] == "damaged" and "(found by trtwarm verify)" in before["problem"]
+    signed = run_trtwarm("sign", before["name"], "--key", str(private), "--cache-dir", str(cache))
+    assert signed.returncode == 0, signed.stderr
+    after = run_trtwarm("ls", "--cache-dir", str(cache), "--json")
+    assert after.returncode == 0, after.stderr
+    assert [(r["status"], r["problem"]) for r in json.loads(after.stdout)] == [("ok", None)]

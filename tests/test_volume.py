@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (cmd_init_args, debris, entries, env_for, ort_init_args, run_trtwarm, settle, trtwarm_argv,
-                      wait_until)
+from conftest import (cmd_init_args, debris, entries, env_for, ort_init_args, run_trtwarm, settle, spawn,
+                      trtwarm_argv, wait_for_log, wait_until)
 
 pytestmark = pytest.mark.mount
 
@@ -141,4 +141,37 @@ def test_a_new_cache_in_a_directory_holding_other_files_is_made_with_a_warning(m
     assert run.returncode == 0, run.stderr
     assert "WARNING" in run.stderr and "already holds other files (models)" in run.stderr
     fresh = run_trtwarm(*ort_init_args(model, tmp_path / "fresh", tmp_path / "h2"))
-    assert "creating a new trtwarm cache" in fresh.stderr and "already holds" not in fresh.stderr
+    assert "created a new trtwarm cache" in fresh.stderr and "already holds" not in fresh.stderr
+
+
+def test_a_damaged_entry_on_a_read_only_mount_waits_for_a_writer_as_read_only_would(model: Path, tmpfs: Path,
+                                                                                    tmp_path: Path) -> None:
+    """A plain init (no --read-only) finds the entry corrupt on a read-only mount: it cannot quarantine or rebuild
+    it, so it says so and waits for a writer (not exit 6 at once blaming a cleanup that ignores leases, and no
+    "created a new trtwarm cache" where it created nothing); a writer's rebuild on a read-write mount of the same
+    volume ends the wait with that engine."""
+    cache = tmpfs / "cache"
+    assert run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h1")).returncode == 0
+    [entry] = entries(cache)
+    engine = entry / "engine.plan"
+    engine.write_bytes(b"X" + engine.read_bytes()[1:])  # same size: only the hash finds it
+    view = tmp_path / "ro-view"  # the same volume, mounted read-only, as a consumer Pod sees it
+    view.mkdir()
+    _mount("--bind", str(tmpfs), str(view))
+    try:
+        _mount("-o", "remount,bind,ro", str(view))
+        quick = run_trtwarm(*cmd_init_args(model, view / "cache", tmp_path / "h2", "--lock-timeout", "1s"))
+        assert quick.returncode == 6, quick.stderr
+        assert f"the entry {entry.name} is damaged (engine SHA-256 does not match" in quick.stderr
+        assert "mounted read-only here" in quick.stderr and "waits as --read-only would" in quick.stderr
+        assert "cleanup that ignores" not in quick.stderr and "new trtwarm cache" not in quick.stderr
+        assert "`trtwarm verify --fix` on a writable mount" in quick.stderr
+        waiter = spawn(cmd_init_args(model, view / "cache", tmp_path / "h3", "--lock-timeout", "60s"))
+        wait_for_log(waiter, "waiting for a writer to replace")
+        rebuilt = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h4"))  # a writer: quarantines, rebuilds
+        assert rebuilt.returncode == 0 and rebuilt.summary["result"] == "built", rebuilt.stderr
+        out, _ = waiter.communicate(timeout=60)
+        assert waiter.returncode == 0, waiter.log.read_text()
+        assert json.loads(out.strip().splitlines()[-1])["result"] == "waited"
+    finally:
+        subprocess.run(["umount", "-l", str(view)], check=False)

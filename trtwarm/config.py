@@ -33,12 +33,29 @@ def parse_size(text: str) -> int:
     return int(float(match[1]) * _SIZE_UNITS[match[2]])
 
 
-def parse_duration(text: str) -> float:
-    """Parse ``90``, ``90s``, ``10m``, ``2h``, ``30d`` into seconds."""
+#: the longest duration accepted (about 31 years): longer ones overflow the waits that use them
+MAX_DURATION = 1e9
+
+
+def parse_duration(text: str, flag: str | None = None, *, positive: bool = False) -> float:
+    """Parse ``90``, ``90s``, ``10m``, ``2h``, ``30d`` into seconds.
+
+    :param flag: named in the error (``--scan-interval``)
+    :param positive: refuse 0: an interval or a timeout of 0 is a busy loop or no wait at all, never what was
+        meant (ages and graces, e.g. ``gc --max-age 0s``, may be 0)
+    :raises ConfigError: not a duration, 0 where *positive*, or longer than :data:`MAX_DURATION`
+    """
+    what = f"{flag} {text!r}" if flag else repr(text)
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text.lower())
     if not match:
-        raise ConfigError(f"invalid duration {text!r}", hint="use seconds or an s/m/h/d suffix, e.g. 30m")
-    return float(match[1]) * _DURATION_UNITS[match[2]]
+        raise ConfigError(f"invalid duration {what}", hint="use seconds or an s/m/h/d suffix, e.g. 30m")
+    seconds = float(match[1]) * _DURATION_UNITS[match[2]]
+    if positive and seconds <= 0:
+        raise ConfigError(f"{what} is zero: an interval or a timeout must be longer than 0",
+                          hint=f"give {flag or 'it'} a duration above 0, e.g. 10s")
+    if seconds > MAX_DURATION:
+        raise ConfigError(f"{what} is longer than {MAX_DURATION:.0f} s (about 31 years)", hint="give a shorter one")
+    return seconds
 
 
 def parse_bool(text: str, name: str) -> bool:
@@ -230,14 +247,14 @@ class Settings:
             calibration_cache=Path(ns.calibration_cache).absolute() if ns.calibration_cache else None,
             strip_weights=ns.strip_weights, layer_info=ns.layer_info, name=ns.name,
             handoff_dir=Path(ns.handoff_dir).absolute(), handoff=getattr(ns, "handoff", None) or None,
-            lock_timeout=parse_duration(ns.lock_timeout), lock_mode=ns.lock_mode,
-            progress_interval=parse_duration(ns.progress_interval),
-            events_timeout=parse_duration(ns.events_timeout),
+            lock_timeout=parse_duration(ns.lock_timeout, "--lock-timeout", positive=True), lock_mode=ns.lock_mode,
+            progress_interval=parse_duration(ns.progress_interval, "--progress-interval", positive=True),
+            events_timeout=parse_duration(ns.events_timeout, "--events-timeout", positive=True),
             key_extra=tuple(sorted(parse_key_extra(p) for p in ns.key_extra)), build_command=ns.build_command,
             builder_version=ns.builder_version, ort_provider=ns.ort_provider, device=ns.device,
             read_only=ns.read_only, verify=ns.verify, log_format=ns.log_format,
             stamp_dir=Path(getattr(ns, "stamp_dir", None) or Path(ns.handoff_dir) / "stamps").absolute(),
-            stamp_max_age=parse_duration(getattr(ns, "stamp_max_age", None) or "1d"),
+            stamp_max_age=parse_duration(getattr(ns, "stamp_max_age", None) or "1d", "--stamp-max-age"),
             triton_repo=Path(triton_repo).absolute() if triton_repo else None, triton_model=triton_model,
             remote=getattr(ns, "remote", None) or None, remote_push=getattr(ns, "remote_push", "best-effort"),
             insecure_registry=bool(getattr(ns, "insecure_registry", False)),

@@ -85,6 +85,11 @@ class OutputError(TrtwarmError):
         self.closed_pipe = closed_pipe
 
 
+class EntriesDamaged(TrtwarmError):
+    """A command answered for every entry but found some damaged (``ls``, ``show``, ``verify``) or refused them
+    (``sign``): its output lists them with the reason; exit 8, never 1 (a bug)."""
+
+
 class Interrupted(TrtwarmError):
     """SIGINT stopped the command (a build in progress was stopped and its staging directory removed)."""
 
@@ -99,6 +104,15 @@ class EntryInvalid(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class ManifestInvalid(EntryInvalid):
+    """A manifest whose shape is not what trtwarm writes (:func:`trtwarm.volume.schema.check_manifest`): *field*
+    names the first wrong field."""
+
+    def __init__(self, reason: str, *, field: str | None = None) -> None:
+        super().__init__(reason)
+        self.field = field
 
 
 # (exit code, default hint). Exit 1 is reserved for anything unexpected.
@@ -119,6 +133,8 @@ _EXITS: dict[type[TrtwarmError], tuple[int, str]] = {
                           "prefix"),
     RemoteBucketError: (12, "create the bucket, or fix the bucket name in --remote s3://BUCKET/PREFIX"),
     RemoteUnreachable: (13, "check AWS_ENDPOINT_URL, DNS and network policies from this Pod to the object store"),
+    EntriesDamaged: (8, "`trtwarm verify --fix` quarantines damaged entries (the next init rebuilds them); "
+                        "`trtwarm show ENTRY` says what is wrong with one"),
     OutputError: (14, "standard output goes to a full, failing or closed file or pipe: write it somewhere else"),
     Interrupted: (130, "interrupted (SIGINT); run the command again: nothing half-built was kept"),
     Terminated: (143, "terminated (SIGTERM), e.g. the Pod was deleted; the next start builds or waits again"),
@@ -208,6 +224,8 @@ EXIT_MEANINGS: dict[int, str] = {
        "that nobody replaced within --lock-timeout",
     7: "trust policy enforce: the entry is unsigned or not signed by a key trusted for it, and this Pod cannot "
        "replace it (--read-only, or no --signing-key)",
+    8: "some entries are damaged or problems were found: ls, show and verify list them (with the reason) and "
+       "answer for the rest; sign signed the others and refused those; remote ls listed unreadable refs",
     9: "the volume holds a symlink or another file type where trtwarm's own directory or file belongs: refused, "
        "nothing followed or deleted (the message names the path)",
     10: "the remote repository failed: a server error after retries, a refused blob with nothing to fall back "
@@ -224,12 +242,12 @@ EXIT_MEANINGS: dict[int, str] = {
     130: "stopped by SIGINT: a build in progress is stopped (its process group gets SIGTERM, then SIGKILL after "
          "10 s), its staging directory removed, the termination message written",
     143: "stopped by SIGTERM, likewise",
-    1: "a bug in trtwarm (one line; please report it), and trtwarm verify finding problems",
+    1: "a bug in trtwarm (one line; please report it)",
 }
 
 
 def exit_meanings() -> list[tuple[int, str]]:
-    """``(code, meaning)`` for every exit code, in the order people read them (0, 2..7, 130, 143, then 1)."""
+    """``(code, meaning)`` for every exit code, in the order people read them (0, 2..8, 10..14, 130, 143, then 1)."""
     return list(EXIT_MEANINGS.items())
 
 
@@ -239,10 +257,12 @@ __all__ = [
     "EXIT_UNEXPECTED",
     "BuildError",
     "ConfigError",
+    "EntriesDamaged",
     "HandoffOnVolume",
     "EntryInvalid",
     "Interrupted",
     "LockTimeoutError",
+    "ManifestInvalid",
     "OutputError",
     "RemoteAuthError",
     "RemoteBucketError",

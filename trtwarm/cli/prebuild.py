@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from trtwarm.config import Settings, env_defaults
-from trtwarm.errors import ConfigError, ModelError, TrtwarmError, exit_code_for, hint_for
+from trtwarm.errors import ConfigError, TrtwarmError, exit_code_for, hint_for
 from trtwarm.remote.backend import open_repository, parse_remote
 from trtwarm.remote.sync import RemoteSync
 
@@ -275,32 +275,48 @@ def _store_at(cache: Path) -> Any:
 
 
 def coverage_rows(path: Path, environ: Mapping[str, str],
-                  tensorrt: str | None) -> list[tuple[str, dict[str, Any] | ModelError]]:
+                  tensorrt: str | None) -> list[tuple[str, dict[str, Any] | TrtwarmError]]:
     """``(label, key document without its device)`` per matrix row, computed without a GPU (TensorRT declared); a
-    row whose model cannot be read carries its :class:`ModelError` instead, and the others are still computed."""
+    CPU row's document has ``device: {"kind": "cpu"}`` (its column is ``cpu``). A row that cannot be computed (its
+    model unreadable, a flag or shape that does not fit) carries its error instead, and the others are still
+    computed. :raises ConfigError: a TensorRT row without ``--tensorrt`` here (the whole command needs it)"""
+    out: list[tuple[str, dict[str, Any] | TrtwarmError]] = []
+    for label, flags in matrix_rows(path):
+        try:
+            out.append((label, _coverage_row(label, flags, environ, tensorrt)))
+        except _NoTensorRT as exc:
+            raise exc.error from None
+        except TrtwarmError as exc:  # this row's problem: reported in its cells and the log, the rest answered
+            out.append((label, exc))
+    return out
+
+
+class _NoTensorRT(Exception):
+    def __init__(self, error: ConfigError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def _coverage_row(label: str, flags: list[str], environ: Mapping[str, str], tensorrt: str | None) -> dict[str, Any]:
     from trtwarm.builders.base import get_builder
     from trtwarm.key import SCHEMA, model_fields
     from trtwarm.volume.statcache import inspect_model
 
-    out = []
-    for label, flags in matrix_rows(path):
-        settings = settings_for(flags, environ, **({"tensorrt_version": tensorrt} if tensorrt else {}))
-        try:
-            builder = get_builder(settings)
-        except ConfigError:
-            if settings.builder != "tensorrt" or tensorrt:
-                raise
-            raise ConfigError(f"matrix row {label} builds with TensorRT, which is not installed here",
-                              hint="pass --tensorrt with the servers' exact TensorRT version (e.g. 10.16.1.11+cu12): "
-                              "coverage computes the keys without TensorRT") from None
-        try:
-            facts, _memo = inspect_model(settings.model, None)
-        except ModelError as exc:
-            out.append((label, exc))
-            continue
-        out.append((label, {"schema": SCHEMA, "model": model_fields(facts), "builder": builder.identity(),
-                            "build": builder.build_fields(facts)}))
-    return out
+    settings = settings_for(flags, environ, **({"tensorrt_version": tensorrt} if tensorrt else {}))
+    try:
+        builder = get_builder(settings)
+    except ConfigError:
+        if settings.builder != "tensorrt" or tensorrt:
+            raise
+        raise _NoTensorRT(ConfigError(
+            f"matrix row {label} builds with TensorRT, which is not installed here", hint="pass --tensorrt with the "
+            "servers' exact TensorRT version (e.g. 10.16.1.11+cu12): coverage computes the keys without TensorRT"))
+    facts, _memo = inspect_model(settings.model, None)
+    doc = {"schema": SCHEMA, "model": model_fields(facts), "builder": builder.identity(),
+           "build": builder.build_fields(facts)}
+    if builder.device_probe()[0] == "cpu":
+        doc["device"] = {"kind": "cpu"}  # not compared: says which column the row belongs in
+    return doc
 
 
 __all__ = ["coverage_rows", "matrix_platforms", "matrix_rows", "run", "settings_for"]

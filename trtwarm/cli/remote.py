@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm.cli.flags import add_insecure_flag
-from trtwarm.errors import ConfigError, TrtwarmError, exit_code_for
+from trtwarm.errors import ConfigError, EntriesDamaged, ModelError, TrtwarmError, exit_code_for
 from trtwarm.remote.backend import open_repository, parse_remote
 from trtwarm.remote.repo import Repository, blob_path, manifest_files, ref_path
 
@@ -101,13 +101,18 @@ def cmd_ls(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     refs = _repo(ns, environ).read_refs()
     if ns.json:
         _out([{"key": k, "ref": r, "problem": p or None} for k, r, p in refs])
-        return 0
-    rows = [_row(k, r) if r else ["(unreadable)", k[:16], "-", "", "", "", "", "", ""] for k, r, p in refs]
-    print(render(["NAME", "KEY", "BUILDER", "DEVICE", "PRECISION", "SIZE", "CREATED", "BUILT BY", "SIGNED"],
-                 sorted(rows), right=("SIZE",)))
-    for key, _ref, problem in (r for r in refs if r[1] is None):  # below the table: a long reason must not widen it
-        print(f"unreadable ref {key[:16]}: {problem}")
-    print(f"\n{len(refs)} refs in {ns.remote}")
+    else:
+        rows = [_row(k, r) if r else ["(unreadable)", k[:16], "-", "", "", "", "", "", ""] for k, r, p in refs]
+        print(render(["NAME", "KEY", "BUILDER", "DEVICE", "PRECISION", "SIZE", "CREATED", "BUILT BY", "SIGNED"],
+                     sorted(rows), right=("SIZE",)))
+        for key, _ref, problem in (r for r in refs if r[1] is None):  # below the table: a long reason must not widen
+            print(f"unreadable ref {key[:16]}: {problem}")
+        print(f"\n{len(refs)} refs in {ns.remote}")
+    bad = [k for k, r, _p in refs if r is None]
+    if bad:  # every other ref was listed; the exit code says some are not trtwarm refs (as `ls` for entries)
+        raise EntriesDamaged(f"{len(bad)} of {len(refs)} refs are unreadable: {', '.join(k[:16] for k in bad[:3])}"
+                             + (", ..." if len(bad) > 3 else ""), hint="`trtwarm remote rm KEY` removes one; a "
+                             "prebuild or a builder's push writes it again")
     return 0
 
 
@@ -178,10 +183,12 @@ def cmd_gc(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     if ns.keep_per_model is not None and ns.keep_per_model < 1:  # 0 or less would plan to remove every ref
         raise ConfigError(f"--keep-per-model {ns.keep_per_model} would remove every ref",
                           hint="give a count of 1 or more (or --max-age); `trtwarm remote rm` removes chosen refs")
+    max_age = parse_duration(ns.max_age, "--max-age") if ns.max_age else None  # bad flags fail before the store
+    grace = parse_duration(ns.blob_grace, "--blob-grace")
     repo = _repo(ns, environ)
     blobs = list(repo.blobs())  # blobs first: one uploaded after this listing is not in the plan at all
-    todo = plan(repo.read_refs(), blobs, time.time(), max_age=parse_duration(ns.max_age) if ns.max_age else None,
-                keep_per_model=ns.keep_per_model, blob_grace=parse_duration(ns.blob_grace))
+    todo = plan(repo.read_refs(), blobs, time.time(), max_age=max_age, keep_per_model=ns.keep_per_model,
+                blob_grace=grace)
     if not getattr(repo, "lists_blobs", True):
         todo.note = "manifests only: a registry's unreferenced blobs go with its own garbage collection"
     act = ns.yes and not ns.dry_run
@@ -224,7 +231,7 @@ def cmd_coverage(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     from trtwarm.lifecycle.tables import render
     from trtwarm.cli.prebuild import coverage_rows, matrix_platforms
     from trtwarm.node.hostplatform import parse_platform
-    from trtwarm.remote.coverage import columns, cover, percent
+    from trtwarm.remote.coverage import columns, cover, cpu_row, is_cpu, percent
 
     gpus = [g.strip() for g in ns.gpus.split(",") if g.strip()]
     if not gpus:  # "100 % of nothing" would pass a CI gate
@@ -236,21 +243,30 @@ def cmd_coverage(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
         raise ConfigError(f"--gpus: {exc}") from None
     gpus = columns(gpus, matrix_platforms(Path(ns.matrix)))
     rows = coverage_rows(Path(ns.matrix), environ, ns.tensorrt)
+    if any(cpu_row(want) for _label, want in rows) and not any(is_cpu(g) for g in gpus):
+        gpus.append("cpu")  # CPU rows are answered in a CPU column, never as MISSING under a GPU product
     refs = [(k, r) for k, r, _p in _repo(ns, environ).read_refs() if r is not None]
     cells = cover(rows, gpus, refs)
     failed = {label: err for label, err in rows if isinstance(err, TrtwarmError)}
     if ns.json:
-        _out({"percent": round(percent(cells), 1), "cells": [{"row": c.row, "gpu": c.gpu, "key": c.key}
-                                                             for c in cells],
+        _out({"percent": round(percent(cells), 1), "gpus": gpus,
+              "cells": [{"row": c.row, "gpu": c.gpu, "key": c.key} for c in cells if c.applies],
               "unreadable": {label: err.message for label, err in failed.items()}})
     else:
-        table = [[label, *("NO MODEL" if label in failed else "present" if c.key else "MISSING"
-                           for c in cells if c.row == label)] for label, _ in rows]
+        table = [[label, *(_cell(c, failed.get(label)) for c in cells if c.row == label)] for label, _ in rows]
         print(render(["MODEL/PRECISION", *gpus], table))
-        print(f"\ncoverage {percent(cells):.0f}% ({sum(c.key is not None for c in cells)} of {len(cells)})")
+        counted = [c for c in cells if c.applies]
+        print(f"\ncoverage {percent(cells):.0f}% ({sum(c.key is not None for c in counted)} of {len(counted)})")
     for label, err in failed.items():  # every other row was still answered; the run fails, naming these
         log.error("%s: %s", label, err.message)
     return exit_code_for(next(iter(failed.values()))) if failed else 0
+
+
+def _cell(cell: Any, error: TrtwarmError | None) -> str:
+    """A coverage table cell: ``present``, ``MISSING``, ``-`` (does not apply), or why the row has no key."""
+    if error is not None:
+        return "NO MODEL" if isinstance(error, ModelError) else "BAD ROW"
+    return "-" if not cell.applies else "present" if cell.key else "MISSING"
 
 
 def cmd_prebuild(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:

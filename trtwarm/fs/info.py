@@ -24,4 +24,12 @@ def safely_owned(st: os.stat_result) -> bool:
     return st.st_uid in (os.geteuid(), 0) and not st.st_mode & 0o022
 
 
-__all__ = ["FULL_ERRNOS", "READ_ONLY_ERRNOS", "identity", "safely_owned"]
+def read_only_mount(path: os.PathLike[str] | str) -> bool:
+    """Whether *path* is on a filesystem mounted read-only (``statvfs``'s ``ST_RDONLY``; unknown: False)."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+__all__ = ["FULL_ERRNOS", "READ_ONLY_ERRNOS", "identity", "read_only_mount", "safely_owned"]

@@ -40,6 +40,10 @@ def wait_reason(plan: Plan) -> tuple[str, str, str]:
     if plan.settings.read_only:
         return ("--read-only", "another builder to publish",
                 "build it elsewhere first (a Pod without --read-only, or CI), or raise --lock-timeout")
+    if plan.stuck is not None:  # a damaged entry on a volume this Pod cannot write (trtwarm.init.warm._replacement)
+        return ("damaged entry on a volume this Pod cannot write", "a writer to replace",
+                "run `trtwarm verify --fix` where the volume is mounted read-write (or let a Pod that may write it "
+                "start), or raise --lock-timeout")
     return ("trust policy enforce, no --signing-key",
             "a builder with a trusted signing key to publish a signed entry of",
             "this Pod would refuse what it built itself, so it only waits: run a builder with a signing key the "

@@ -29,6 +29,7 @@ from trtwarm.init import handcopy, handoff, hitrecord, seed
 from trtwarm.config import Settings
 from trtwarm.errors import BuildError, HandoffOnVolume, LockTimeoutError, VolumeError
 from trtwarm.node.events import EventRecorder
+from trtwarm.fs.info import read_only_mount
 from trtwarm.fs.ops import FULL_ERRNOS, READ_ONLY_ERRNOS
 from trtwarm.init.handoff import WarmReport
 from trtwarm.init.plan import Plan, resolve
@@ -178,6 +179,8 @@ def _obtain(plan: Plan) -> tuple[Entry, str]:
         found = _lookup(plan)
         if found is None and plan.settings.seed_caches and (found := seed.lookup(plan)) is not None:
             plan.seeded = True  # handed over from a read-only tier, in place
+        if found is None and not plan.settings.read_only and _unchanged_damage(plan):
+            return _replacement(plan)
         entry, result = (found, "hit") if found is not None else _build_or_wait(plan)
         if entry is not None and entry.engine.exists():
             return entry, result
@@ -185,6 +188,23 @@ def _obtain(plan: Plan) -> tuple[Entry, str]:
                     plan.label)
     raise VolumeError(f"{plan.label} kept disappearing while this init used it",
                       hint="a cleanup that ignores trtwarm's leases is running on this volume; stop it")
+
+
+def _replacement(plan: Plan) -> tuple[Entry, str]:
+    """The entry is damaged and this Pod cannot move it away (a read-only mount, or a volume it may not write): it
+    can neither quarantine nor rebuild it, so it waits as ``--read-only`` would for a Pod that may write the volume
+    to replace it, and says so. :raises VolumeError: nothing replaced it within ``--lock-timeout`` (exit 6)"""
+    path, _ident, reason = plan.stuck  # type: ignore[misc]  # set: the caller checked _unchanged_damage
+    where = "the cache volume is mounted read-only here" if read_only_mount(plan.layout.root) else \
+        "this Pod may not write the cache volume"
+    log.warning("the entry %s is damaged (%s) and %s: this init can neither quarantine nor rebuild it, so it waits "
+                "as --read-only would, up to %.0f s (--lock-timeout), for a Pod that may write the volume to replace "
+                "it", path.name, reason, where, plan.settings.lock_timeout)
+    entry, result = _wait_read_only(plan)
+    if entry is None:
+        raise VolumeError(f"the replacement of the damaged entry {path.name} failed verification too",
+                          hint="`trtwarm verify` on a writable mount says why")
+    return entry, result
 
 
 def _take_lease(plan: Plan) -> None:

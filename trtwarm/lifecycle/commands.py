@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trtwarm.errors import LockTimeoutError, volume_error
+from trtwarm.errors import EntriesDamaged, LockTimeoutError, volume_error
 from trtwarm.lifecycle import gc as gclib
 from trtwarm.lifecycle.inventory import Inventory, collector_paused, scan
 from trtwarm.lifecycle.tables import human_age, human_bytes, render, utc
@@ -67,6 +67,10 @@ def _ls(ns: argparse.Namespace) -> int:
         if sys.stdout is not None:  # None: started with standard output closed
             sys.stdout.flush()  # the listing is out before the index is written
         inv.index.save(inv.layout)
+    damaged = [r for r in rows if r["status"] == "damaged"]
+    if damaged:  # answered for every entry; the exit code says some are damaged (their reasons are listed)
+        raise EntriesDamaged(f"{len(damaged)} of the entries listed {'is' if len(damaged) == 1 else 'are'} damaged: "
+                             + ", ".join(r["name"] or "?" for r in damaged[:3]) + (", ..." if len(damaged) > 3 else ""))
     return 0
 
 
@@ -129,7 +133,7 @@ def cmd_stats(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
 
 
 def cmd_verify(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    """``trtwarm verify``: exit 0 when clean (or all fixed), 1 when problems remain."""
+    """``trtwarm verify``: exit 0 when clean (or all fixed), 8 (:class:`EntriesDamaged`) when problems remain."""
     from trtwarm.lifecycle.verify import fix, inspect, record
     from trtwarm.volume.store import EngineStore
 
@@ -154,7 +158,11 @@ def cmd_verify(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
         print(_verify_summary(checked, problems, fixed, gate, ns))
     if failure is not None:  # asked to repair and the volume refused: exit 6 with its hint, not "problems remain"
         raise volume_error(failure, "repair", failure.filename or inv.layout.root)
-    return 1 if remaining else 0
+    if remaining:
+        raise EntriesDamaged(f"{len(remaining)} problem{'s' if len(remaining) != 1 else ''} found"
+                             + ("" if ns.fix and not ns.dry_run else "; `trtwarm verify --fix` repairs them"),
+                             hint="the table above lists each problem and what --fix does about it")
+    return 0
 
 
 def _verify_summary(checked: int, problems: list[Any], fixed: list[Any], gate: Any, ns: argparse.Namespace) -> str:

@@ -51,17 +51,26 @@ class Policy:
 
     @classmethod
     def parse(cls, max_age: str | None, max_bytes: str | None, keep_per_model: int | None,
-              quarantine_grace: str, max_remove: int = MAX_REMOVE) -> Policy:
-        """From the flags' text (``30d``, ``100G``). :raises ConfigError: a malformed size or duration."""
+              quarantine_grace: str, max_remove: int = MAX_REMOVE, *, prefix: str = "--") -> Policy:
+        """From the flags' text (``30d``, ``100G``); *prefix* names the flags (the sidecar's are ``--gc-...``).
+
+        :raises ConfigError: a malformed size or duration, a negative count, ``keep-per-model`` 0 (it would remove
+            every entry no Pod holds: not a retention policy; ``trtwarm rm`` removes chosen entries)
+        """
         from trtwarm.config import parse_duration, parse_size
         from trtwarm.errors import ConfigError
 
-        for flag, value in (("--keep-per-model", keep_per_model), ("--max-remove", max_remove)):
+        for flag, value in ((f"{prefix}keep-per-model", keep_per_model), ("--max-remove", max_remove)):
             if value is not None and value < 0:  # a negative count would select every entry (or slice oddly)
                 raise ConfigError(f"{flag} {value} is negative", hint=f"give {flag} a count of 0 or more")
-        return cls(max_age=parse_duration(max_age) if max_age else None,
+        if keep_per_model == 0:
+            raise ConfigError(f"{prefix}keep-per-model 0 would remove every entry no Pod holds",
+                              hint=f"give a count of 1 or more (or {prefix}max-age / {prefix}max-bytes); "
+                              "`trtwarm rm` removes chosen entries")
+        return cls(max_age=parse_duration(max_age, f"{prefix}max-age") if max_age else None,
                    max_bytes=parse_size(max_bytes) if max_bytes else None, keep_per_model=keep_per_model,
-                   quarantine_grace=parse_duration(quarantine_grace), max_remove=max_remove)
+                   quarantine_grace=parse_duration(quarantine_grace, f"{prefix}quarantine-grace"),
+                   max_remove=max_remove)
 
 
 @dataclass(frozen=True)

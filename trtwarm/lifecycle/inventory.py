@@ -29,6 +29,7 @@ from trtwarm.lifecycle.manifest_index import ManifestIndex
 from trtwarm.volume import leases as leaselib
 from trtwarm.volume.files import check_stats, scan_files
 from trtwarm.volume.layout import OWN_DIRS, Layout
+from trtwarm.volume.schema import salvage
 from trtwarm.volume.store import (
     MANIFEST_LIMIT,
     STALE_STAGING_SECONDS,
@@ -165,8 +166,8 @@ def _read(info: EntryInfo, files: dict[str, os.stat_result]) -> list[dict[str, A
         entry = Entry(info.path, read_manifest(info.path))
     except EntryInvalid as exc:
         info.status, info.problem = "damaged", exc.reason
-        # keep what the manifest says, when it can be read, for the listing
-        info.manifest = read_json_object(info.path / "manifest.json", MANIFEST_LIMIT) or {}
+        # keep what the manifest says of the right type, when it can be read, for the listing
+        info.manifest = salvage(read_json_object(info.path / "manifest.json", MANIFEST_LIMIT))
         return None
     info.manifest, listed = entry.manifest, entry.files
     flat = not any(stat.S_ISDIR(st.st_mode) for st in files.values())
@@ -203,7 +204,7 @@ def _quarantined(item: os.DirEntry[str], manifests: bool) -> EntryInfo:
     reason = item.name[stamp.end():].rsplit(".", 1)[0] if stamp else None
     info = EntryInfo(item.name, item.path, "quarantined", dir_bytes(item.path), problem=reason, last_used=float(when))
     if manifests:  # its labels as its manifest gives them (like the other rows), when that can still be read
-        info.manifest = read_json_object(Path(item.path) / "manifest.json", MANIFEST_LIMIT) or {}
+        info.manifest = salvage(read_json_object(Path(item.path) / "manifest.json", MANIFEST_LIMIT))
     return info
 
 

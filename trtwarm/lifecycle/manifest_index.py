@@ -43,7 +43,7 @@ from trtwarm.volume.statcache import RACY_SECONDS
 
 log = logging.getLogger("trtwarm.index")
 INDEX = ".manifest-index.json"
-SCHEMA = "trtwarm.manifest-index/v1"
+SCHEMA = "trtwarm.manifest-index/v2"  # v2: rows only of manifests trtwarm.volume.schema accepts
 _LIMIT = 1 << 28
 #: the manifest fields a row keeps besides ``files`` and ``key_document`` (see :class:`trtwarm.lifecycle.inventory.
 #: EntryInfo`, ``as_json`` and ``describe``, the only readers of an ``ls`` entry's manifest)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trtwarm.errors import ConfigError, EntryInvalid
+from trtwarm.errors import ConfigError, EntriesDamaged, EntryInvalid
 from trtwarm.fs.ops import read_json_object
 from trtwarm.key import model_part
 from trtwarm.lifecycle.filters import select
@@ -240,7 +240,10 @@ def cmd_show(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     policy = Path(ns.trust_policy) if ns.trust_policy else None
     d = describe(inv, find(inv, ns.selector), ns.cache_dir, ns.verify, policy)
     print(json.dumps(d, indent=2, sort_keys=True) if ns.json else render(d, inv.now))
-    return 1 if d["verified_now"] and not d["verified_now"].startswith("ok") else 0
+    if d["status"] == "damaged":  # shown in full; the exit code says it is damaged
+        raise EntriesDamaged(f"{d['name']} is damaged: {d['problem']}", hint="`trtwarm verify --fix` quarantines "
+                             "it (kept for inspection); the next init that may write the volume rebuilds it")
+    return 0
 
 
 def add_parser(sub: Any, cache_default: str) -> None:
@@ -250,7 +253,7 @@ def add_parser(sub: Any, cache_default: str) -> None:
                    "name (with or without its --key16 suffix) or a model name")
     p.add_argument("--cache-dir", default=cache_default, help="the shared cache volume (%(default)s)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--verify", action="store_true", help="re-hash the entry now; exit 1 if it fails")
+    p.add_argument("--verify", action="store_true", help="re-hash the entry now; exit 8 if it fails")
     p.add_argument("--trust-policy", metavar="FILE", help="check the entry's signature against this trust policy")
     p.set_defaults(func=cmd_show)
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm.config import Identity
-from trtwarm.errors import ConfigError, EntryInvalid, VolumeError, is_volume_errno, volume_error
+from trtwarm.errors import ConfigError, EntriesDamaged, EntryInvalid, VolumeError, is_volume_errno, volume_error
 from trtwarm.fs.ops import TooLarge, read_bounded
 from trtwarm.lifecycle.filters import selector_word
 from trtwarm.trust import envelope as dsse
@@ -210,9 +210,10 @@ def cmd_sign(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
             print(f"{r['result']:<10} {r['name']}: {r['detail']}")
     refused = [r for r in results if r["result"] == "refused"]
     if refused:
-        raise VolumeError(f"{len(refused)} entr{'y was' if len(refused) == 1 else 'ies were'} not signed: "
-                          f"{refused[0]['detail']}", hint=REBUILD_HINT + f" ({VOUCH_FLAG} signs a carried "
-                          "signature's failure over, after you checked the bytes it logs yourself)")
+        one = len(refused) == 1
+        raise EntriesDamaged(f"{len(refused)} entr{'y was' if one else 'ies were'} not signed: "
+                             f"{refused[0]['detail']}", hint=REBUILD_HINT + f" ({VOUCH_FLAG} signs a carried "
+                             "signature's failure over, after you checked the bytes it logs yourself)")
     return 0
 
 

@@ -21,7 +21,7 @@ from trtwarm.fs.ops import atomic_write_json, read_json_object
 from trtwarm.lifecycle.entryinfo import EntryInfo
 from trtwarm.lifecycle.inventory import Inventory
 from trtwarm.volume.layout import Layout
-from trtwarm.volume.store import EngineStore, check_entry
+from trtwarm.volume.store import SIGNATURE, EngineStore, check_entry
 
 if TYPE_CHECKING:  # the caller makes the gate; `ls` (apply_record) need not import the verifier's crypto
     from trtwarm.trust.policy import Gate
@@ -30,6 +30,8 @@ log = logging.getLogger("trtwarm.verify")
 #: the last ``trtwarm verify``'s findings, so ``ls`` shows damage found by hashing without hashing itself
 RECORD = ".last-verify.json"
 
+#: a record written before signatures were recorded: the manifest's identity alone decides
+_UNRECORDED = object()
 #: fault kinds, from the verification reason
 KINDS = ("corrupt", "truncated", "orphaned", "bad-manifest", "damaged", "untrusted", "stale-staging", "stale-owner")
 
@@ -115,10 +117,11 @@ def fix(store: EngineStore, problems: list[Problem]) -> tuple[list[Problem], OSE
     return fixed, failure
 
 
-def _identity(entry: Path) -> list[int] | None:
-    """Which copy of an entry a finding is about: its manifest's inode and mtime (a rebuilt entry has new ones)."""
+def _identity(entry: Path, name: str = "manifest.json") -> list[int] | None:
+    """Which copy of an entry a finding is about: its manifest's inode and mtime (a rebuilt entry has new ones); with
+    *name* ``manifest.sig.json``, which signature it had (``trtwarm sign`` renames a new one in: new inode)."""
     try:
-        st = os.stat(entry / "manifest.json")
+        st = os.stat(entry / name)
     except OSError:
         return None
     return [st.st_ino, st.st_mtime_ns]
@@ -127,7 +130,8 @@ def _identity(entry: Path) -> list[int] | None:
 def record(layout: Layout, checked: int, remaining: list[Problem]) -> None:
     """Write :data:`RECORD` with the entries' problems that remain; skipped (logged) on a volume it cannot write."""
     doc = {"schema": 1, "finished": time.time(), "checked": checked,
-           "problems": {p.path.name: {"kind": p.kind, "detail": p.detail, "manifest": _identity(p.path)}
+           "problems": {p.path.name: {"kind": p.kind, "detail": p.detail, "manifest": _identity(p.path),
+                                      "signature": _identity(p.path, SIGNATURE)}
                         for p in remaining if p.path.parent == layout.entries}}
     try:
         atomic_write_json(layout.root / RECORD, doc, layout.file_mode(), durable=False)
@@ -136,7 +140,9 @@ def record(layout: Layout, checked: int, remaining: list[Problem]) -> None:
 
 
 def apply_record(layout: Layout, entries: list[EntryInfo]) -> dict[str, Any] | None:
-    """Mark *entries* that the last verification found damaged (and that were not replaced since) as damaged.
+    """Mark *entries* that the last verification found damaged (and that were not replaced or re-signed since) as
+    damaged. A re-signed entry is not: ``trtwarm sign`` signs only after every file verified, so the finding (an
+    untrusted signature, a damaged file) no longer holds.
 
     :return: the record (None: no verification recorded on this volume)
     """
@@ -146,7 +152,8 @@ def apply_record(layout: Layout, entries: list[EntryInfo]) -> dict[str, Any] | N
         return doc
     for info in entries:
         seen = found.get(info.name)
-        if info.status == "ok" and isinstance(seen, dict) and seen.get("manifest") == _identity(info.path):
+        if info.status == "ok" and isinstance(seen, dict) and seen.get("manifest") == _identity(info.path) \
+                and seen.get("signature", _UNRECORDED) in (_UNRECORDED, _identity(info.path, SIGNATURE)):
             info.status, info.problem = "damaged", f"{seen.get('detail')} (found by trtwarm verify)"
     return doc
 

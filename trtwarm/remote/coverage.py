@@ -9,6 +9,10 @@ A GPU column is ``NAME@PLATFORM`` (``sm9.0@linux-aarch64``): an engine built on 
 architecture it was built on, so an x86_64 Hopper column and an aarch64 Grace-Hopper column are answered apart
 (:func:`columns` gives a column without a platform one per platform of the fleet). A ref keyed before the key had a
 platform matches no such column.
+
+A row whose engine runs on the CPU (its key document says ``device.kind: cpu``: the ONNX Runtime CPU provider,
+``--device cpu``) belongs in the ``cpu`` column only: under a GPU product it does not apply (neither present nor
+missing, and not counted), as a GPU row does not apply under ``cpu``.
 """
 
 from __future__ import annotations
@@ -25,6 +29,17 @@ class Cell:
     row: str
     gpu: str
     key: str | None  # the matching ref's key, or None: missing
+    applies: bool = True  # False: a CPU row under a GPU column, or a GPU row under the cpu column
+
+
+def is_cpu(column: str) -> bool:
+    """Whether a column of ``--gpus`` is the CPU's (``cpu``, or ``cpu@PLATFORM`` where columns carry a platform)."""
+    return column.strip().lower().partition("@")[0] == "cpu"
+
+
+def cpu_row(want: Any) -> bool:
+    """Whether a row's key document (without its device, but with ``device.kind`` when known) runs on the CPU."""
+    return isinstance(want, dict) and isinstance(want.get("device"), dict) and want["device"].get("kind") == "cpu"
 
 
 def columns(gpus: Sequence[str], platforms: Sequence[str]) -> list[str]:
@@ -41,7 +56,7 @@ def columns(gpus: Sequence[str], platforms: Sequence[str]) -> list[str]:
 
 def _device_matches(device: dict[str, Any], column: str) -> bool:
     if device.get("kind") != "gpu":
-        return column.lower() == "cpu"
+        return is_cpu(column)
     gpu, _, platform = column.partition("@")
     if platform and device.get("platform") != platform:
         return False
@@ -71,14 +86,18 @@ def cover(rows: Sequence[tuple[str, Any]], gpus: Sequence[str],
         candidates = [(k, d) for k, d in docs if all(d.get(s) == want.get(s) for s in ("schema", "model", "build"))
                       and _same_builder(d.get("builder") or {}, want.get("builder") or {})]
         for gpu in gpus:
+            if cpu_row(want) != is_cpu(gpu):
+                cells.append(Cell(label, gpu, None, applies=False))
+                continue
             match = next((k for k, d in candidates if _device_matches(d.get("device") or {}, gpu)), None)
             cells.append(Cell(label, gpu, match))
     return cells
 
 
 def percent(cells: Sequence[Cell]) -> float:
-    """Share of cells present, 0-100 (100 for no cells)."""
+    """Share of the cells that apply that are present, 0-100 (100 for none)."""
+    cells = [c for c in cells if c.applies]
     return 100.0 * sum(c.key is not None for c in cells) / len(cells) if cells else 100.0
 
 
-__all__ = ["Cell", "columns", "cover", "percent"]
+__all__ = ["Cell", "columns", "cover", "cpu_row", "is_cpu", "percent"]

@@ -26,9 +26,10 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from trtwarm.errors import RemoteError
+from trtwarm.errors import ManifestInvalid, RemoteError
 from trtwarm.remote.client import Client
 from trtwarm.volume.chunks import chunk_problem
+from trtwarm.volume.schema import check_manifest
 
 log = logging.getLogger("trtwarm.remote")
 REF_SCHEMA = "trtwarm.ref/v1"
@@ -87,8 +88,11 @@ def check_ref(doc: Any, key: str | None) -> dict[str, Any]:
         raise RemoteError(f"ref refs/{key}.json holds a manifest for another key ({str(manifest.get('key'))[:16]})")
     try:
         manifest_files(manifest)
+        check_manifest(manifest, keyed=False)  # the shape every reader of a manifest relies on (volume.schema)
     except ValueError as exc:
         raise RemoteError(f"ref for {str(key)[:16]}: {exc}") from None
+    except ManifestInvalid as exc:
+        raise RemoteError(f"ref for {str(key)[:16]}: {exc.reason}") from None
     if doc.get("signature") is not None and not isinstance(doc["signature"], dict):
         raise RemoteError(f"ref for {str(key)[:16]}: the signature is not a JSON object")
     return doc
@@ -112,7 +116,7 @@ class Repository:
             return None
         try:
             doc = json.loads(data)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             raise RemoteError(f"{self.url}/{ref_path(key)} is not JSON") from None
         return check_ref(doc, key)
 

@@ -74,16 +74,24 @@ class Readiness:
     the probe's timeout) mark every replica NotReady at once although their engines are loaded.
     """
 
-    def __init__(self, handoff_dir: Path) -> None:
-        self.handoff_dir = handoff_dir
+    def __init__(self, handoff_dir: Path, volume: VolumeWatcher | None = None) -> None:
+        self.handoff_dir, self.volume = handoff_dir, volume
         self._ready: tuple[str, dict[str, Any]] | None = None
 
     def check(self) -> tuple[bool, str, dict[str, Any] | None]:
-        """``(ready, why, engine.json)``; reads the hand-off and the engine only until the first yes."""
+        """``(ready, why, engine.json)``; reads the hand-off and the engine only until the first yes. Until then a
+        cache volume that is missing or not a trtwarm cache (:attr:`VolumeWatcher.problem`) is not ready, whatever
+        the hand-off says, and *why* says so."""
         if self._ready is not None:
             return True, *self._ready
         report = handoff.read(self.handoff_dir)
         ready, why = engine_ready(report)
+        problem = self.volume.problem if self.volume is not None else None
+        if ready and self.volume is not None:  # before the first yes (remembered), look now: the first scan may
+            problem = self.volume.check_mounted()  # not have run yet, or be older than the init
+        if problem:
+            ready, why = False, f"{why if not ready else 'engine.json says ready'}; the cache volume is unusable: " \
+                f"{problem}"
         if ready and report is not None:
             self._ready = (why, report)
         return ready, why, report
@@ -96,6 +104,8 @@ class VolumeWatcher:
         self.layout, self.interval = layout, interval
         self.summary: dict[str, float] | None = None
         self.errors = 0
+        #: why the cache dir is unusable (missing, unmounted, not a trtwarm cache), or None: it is one
+        self.problem: str | None = None
         self.evictions = dict.fromkeys(REASONS, 0)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="trtwarm-volume-scan", daemon=True)
@@ -110,9 +120,15 @@ class VolumeWatcher:
         self._stop.set()
 
     def refresh(self) -> None:
-        """Scan once; an unreadable volume counts an error and keeps the previous summary."""
+        """Scan once; an unreadable volume counts an error and keeps the previous summary. A missing cache dir, or one
+        that is not a trtwarm cache (an unmounted volume), is not "0 entries": it counts an error, drops the summary,
+        sets :attr:`problem` and logs once (and once again when it is back)."""
         from trtwarm.lifecycle.inventory import scan
 
+        if self.check_mounted() is not None:
+            self.errors += 1
+            self.summary = None
+            return
         try:
             inv = scan(self.layout, manifests=False)
         except OSError as exc:
@@ -127,6 +143,24 @@ class VolumeWatcher:
         self.summary = {"entries": len(inv.entries), "bytes": sum(e.bytes for e in inv.entries),
                         "quarantined": len(inv.quarantined), "building": len(inv.building),
                         "oldest_use_age": inv.now - min(uses) if uses else 0.0}
+
+    def check_mounted(self) -> str | None:
+        """Whether the cache dir is a trtwarm cache now (a ``stat`` and the ``VERSION`` file): update and return
+        :attr:`problem`; log when it changes."""
+        from trtwarm.errors import VolumeError
+
+        try:
+            self.layout.require()
+        except VolumeError as exc:
+            if self.problem is None:  # once, and again after it was back (a Pod's init creates a new cache)
+                log.warning("%s: /readyz says not ready, trtwarm_cache_volume_available is 0 (%s)", exc.message,
+                            exc.hint)
+            self.problem = exc.message
+            return self.problem
+        if self.problem is not None:
+            log.info("the cache volume %s is usable again", self.layout.root)
+            self.problem = None
+        return None
 
     def _run(self) -> None:
         while True:
@@ -194,6 +228,9 @@ class TrtwarmCollector(Collector):
         for reason, count in volume.evictions.items():
             evictions.add_metric([reason], float(count))
         yield evictions
+        yield GaugeMetricFamily("trtwarm_cache_volume_available", "1 while the cache dir is a trtwarm cache; 0 when "
+                                "it is missing, unmounted or not a trtwarm cache (see the sidecar's log).",
+                                value=0.0 if volume.problem else 1.0)
         s = volume.summary
         if s is None:  # the first scan has not finished
             return

@@ -108,7 +108,7 @@ class Sidecar:
         self.s, self.identity = settings, identity
         self.layout = Layout(settings.cache_dir)
         self.volume = VolumeWatcher(self.layout, settings.scan_interval)
-        self.readiness = Readiness(settings.handoff_dir)
+        self.readiness = Readiness(settings.handoff_dir, self.volume)
         self.registry, self.collector = registry(settings.handoff_dir, self.volume, self.readiness)
         self.stopping = threading.Event()
         self.lease: Path | None = None
@@ -163,6 +163,8 @@ class Sidecar:
         from trtwarm.lifecycle import gc as gclib
         assert self.s.gc_interval is not None
         while not self.stopping.wait(self.s.gc_interval):
+            if self.volume.check_mounted() is not None:  # unmounted: no gc lock is created in the mount point
+                continue
             try:
                 _plan, done = gclib.run(self.layout, self.s.gc_policy, mode=self.s.lock_mode)
             except LockTimeoutError:
@@ -230,11 +232,14 @@ def serve(settings: SidecarSettings, identity: Identity) -> int:
 def cmd_sidecar(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm sidecar``."""
     from trtwarm.lifecycle import gc as gclib
-    policy = gclib.Policy.parse(ns.gc_max_age, ns.gc_max_bytes, ns.gc_keep_per_model, ns.gc_quarantine_grace)
+    policy = gclib.Policy.parse(ns.gc_max_age, ns.gc_max_bytes, ns.gc_keep_per_model, ns.gc_quarantine_grace,
+                                prefix="--gc-")
     settings = SidecarSettings(
         cache_dir=Path(ns.cache_dir).absolute(), handoff_dir=Path(ns.handoff_dir).absolute(), port=ns.port,
-        bind=ns.bind, scan_interval=parse_duration(ns.scan_interval), lease_interval=parse_duration(ns.lease_interval),
-        gc_interval=parse_duration(ns.gc_interval) if ns.gc_interval else None, gc_policy=policy,
+        bind=ns.bind, scan_interval=parse_duration(ns.scan_interval, "--scan-interval", positive=True),
+        lease_interval=parse_duration(ns.lease_interval, "--lease-interval", positive=True),
+        gc_interval=parse_duration(ns.gc_interval, "--gc-interval", positive=True) if ns.gc_interval else None,
+        gc_policy=policy,
         lock_mode=ns.lock_mode)
     return serve(settings, Identity.from_env(environ))
 

@@ -150,30 +150,34 @@ class Layout:
             raise VolumeError(f"cache dir {self.root} {what}: not a trtwarm cache", hint="check --cache-dir and that "
                               "the volume is mounted here; `trtwarm init` creates a cache on its first build")
 
-    def _say_new(self) -> None:
-        """Log that a new cache is made here; a warning when the directory already holds someone else's files (a
-        wrong --cache-dir, or the wrong volume mounted), which the cache's directories are then added beside."""
+    def _others(self) -> list[str]:
+        """What a directory about to become a new cache already holds besides a fresh filesystem's or a half-made
+        cache's items (a wrong --cache-dir, or the wrong volume mounted)."""
         try:
-            ours = ("lost+found", "CACHEDIR.TAG", *SUBDIRS)  # a fresh filesystem's, or a half-made cache's
-            others = sorted(p.name for p in self.root.iterdir() if p.name not in ours)
+            ours = ("lost+found", "CACHEDIR.TAG", *SUBDIRS)
+            return sorted(p.name for p in self.root.iterdir() if p.name not in ours)
         except OSError:  # missing (made next), or unreadable (the mkdir below reports it)
-            others = []
+            return []
+
+    def _say_new(self, others: list[str]) -> None:
+        """Log that a new cache was made here (after it was: a read-only mount where nothing could be made says
+        nothing of the kind); a warning when the directory already held someone else's files."""
         if others:
-            log.warning("creating a new trtwarm cache in %s, which already holds other files (%s%s): check that "
+            log.warning("created a new trtwarm cache in %s, which already holds other files (%s%s): check that "
                         "--cache-dir names the cache volume", self.root, ", ".join(others[:3]),
                         ", ..." if len(others) > 3 else "")
         else:
-            log.info("creating a new trtwarm cache in %s (layout version %d)", self.root, LAYOUT_VERSION)
+            log.info("created a new trtwarm cache in %s (layout version %d)", self.root, LAYOUT_VERSION)
 
     def ensure(self) -> None:
         """Create the root, its subdirectories, ``VERSION`` and ``CACHEDIR.TAG`` where missing (logging when this
-        makes a new cache, so a wrong or unmounted ``--cache-dir`` shows in the log).
+        made a new cache, so a wrong or unmounted ``--cache-dir`` shows in the log).
 
         :raises VolumeError: the volume cannot be created or written
         """
         self.check()
-        if not (self.root / "VERSION").exists():
-            self._say_new()
+        new = not (self.root / "VERSION").exists()
+        others = self._others() if new else []
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             mode = self.dir_mode()
@@ -184,6 +188,8 @@ class Layout:
                     atomic_write(self.root / name, text.encode(), self.file_mode())
         except OSError as exc:
             raise volume_error(exc, self.root, "prepare") from exc
+        if new:
+            self._say_new(others)
         self.check()
 
 

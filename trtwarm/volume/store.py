@@ -47,6 +47,7 @@ from trtwarm.volume.files import (
     scan_files,
 )
 from trtwarm.volume.layout import Layout
+from trtwarm.volume.schema import check_manifest
 
 log = logging.getLogger("trtwarm.store")
 MANIFEST_LIMIT = 1 << 20
@@ -89,7 +90,11 @@ class Entry:
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
-    """Read and shape-check ``<entry>/manifest.json``. :raises EntryInvalid: missing, huge, garbage, incomplete."""
+    """Read and shape-check ``<entry>/manifest.json`` (:func:`trtwarm.volume.schema.check_manifest`, then its files).
+
+    :raises EntryInvalid: missing, huge, garbage, incomplete, a field of the wrong type, a key document that does
+        not hash to the key (:class:`~trtwarm.errors.ManifestInvalid` for the shape)
+    """
     try:
         doc = json.loads(read_bounded(os.path.join(path, MANIFEST), MANIFEST_LIMIT))  # str: 10,000 in `ls --json`
     except FileNotFoundError:
@@ -100,17 +105,13 @@ def read_manifest(path: Path) -> dict[str, Any]:
         raise EntryInvalid("manifest.json is not valid JSON") from None
     except OSError as exc:
         raise EntryInvalid(f"manifest.json is unreadable ({exc.strerror})") from None
-    if not isinstance(doc, dict):
-        raise EntryInvalid("manifest.json is not a JSON object")
-    engine_file = doc.get("engine_file")
-    if not (isinstance(doc.get("key"), str) and isinstance(doc.get("engine_sha256"), str)
-            and isinstance(doc.get("engine_bytes"), int) and isinstance(engine_file, str)):
-        raise EntryInvalid("manifest.json lacks key, engine_file, engine_sha256 or engine_bytes")
-    if os.path.basename(engine_file) != engine_file or engine_file in ("", ".", ".."):
-        raise EntryInvalid(f"manifest.json names an engine outside the entry: {engine_file!r}")
-    if not isinstance(doc.get("schema", 1), int) or doc.get("schema", 1) > 2:
-        raise EntryInvalid(f"manifest.json has schema {doc.get('schema')!r}, newer than this trtwarm reads (2)")
+    check_manifest(doc)  # the one shape check (trtwarm.volume.schema): every reader of a manifest comes here
     listed_files(doc)
+    name, parent = os.path.basename(path), os.path.basename(os.path.dirname(path))
+    named = name.rpartition("--")[2] if "--" in name and parent == "entries" else None  # <name>--<key16>
+    if named is not None and named != doc["key"][:16]:  # init finds it by that name: every reader judges it alike
+        raise EntryInvalid(f"manifest.json is for another key ({doc['key'][:16]}) than the directory's name says "
+                           f"({named[:16]})")
     return doc
 
 

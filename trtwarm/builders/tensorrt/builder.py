@@ -14,8 +14,6 @@ import functools
 import hashlib
 import importlib.util
 import logging
-import re
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -248,5 +246,5 @@ def _built_on(engine: Path) -> str:
     return f" ({built})" if built else ""
 
 
-__all__ = ["CALIBRATION_LIMIT", "DISTRIBUTIONS", "INSTALL_HINT", "TensorRTBuilder", "declared_version",
+__all__ = ["CALIBRATION_LIMIT", "INSTALL_HINT", "TensorRTBuilder", "declared_version",
            "tensorrt_version"]
