@@ -157,6 +157,8 @@ class VolumeWatcher:
                             exc.hint)
             self.problem = exc.message
             return self.problem
+        except UnsafeVolume:
+            pass  # mounted, but with a link where trtwarm's own directory belongs: the scan and gc refuse, and say so
         if self.problem is not None:
             log.info("the cache volume %s is usable again", self.layout.root)
             self.problem = None
