@@ -23,7 +23,7 @@ _TRUST_PROBE = """
 import sys, time
 from pathlib import Path
 from trtwarm.trust.policy import Gate
-from trtwarm.volume.store import check_entry
+from trtwarm.volume.entry import check_entry
 gate = Gate.create(Path(sys.argv[1]), "enforce")  # init's order: the gate, then hashing the entry, then the check
 if sys.argv[3] == "preload":
     gate.preload()  # what init does right before hashing, on a node without a stamp directory

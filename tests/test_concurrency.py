@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import debris, entries, run_trtwarm, spawn, wait_for_log, wait_until
 
-from trtwarm.volume.store import check_entry
+from trtwarm.volume.entry import check_entry
 
 pytestmark = pytest.mark.concurrency
 

@@ -13,7 +13,7 @@ import pytest
 from conftest import cmd_init_args, entries, gated_build, run_trtwarm, wait_until
 
 from trtwarm.key import sanitize
-from trtwarm.volume.store import check_entry
+from trtwarm.volume.entry import check_entry
 
 DAY = 86400.0
 

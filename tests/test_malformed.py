@@ -26,7 +26,8 @@ from conftest import cmd_init_args, run_trtwarm
 from trtwarm.cli.main import main
 from trtwarm.errors import EntryInvalid, RemoteError
 from trtwarm.volume.layout import Layout
-from trtwarm.volume.store import EngineStore, read_manifest
+from trtwarm.volume.store import EngineStore
+from trtwarm.volume.entry import read_manifest
 
 CMD_FLAGS = ["--builder", "command", "--builder-version", "test-1", "--device", "cpu"]
 

@@ -28,7 +28,7 @@ from k8s import ROOT, container, objects, pod_spec, render, validate
 from test_sidecar import free_port, get
 
 from trtwarm.cli.demo import make_model
-from trtwarm.volume.store import check_entry
+from trtwarm.volume.entry import check_entry
 
 pytest.importorskip("helm_python", reason="helm-python-sdk is not installed (pip install '.[test]')")
 pytestmark = pytest.mark.concurrency

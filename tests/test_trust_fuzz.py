@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from trtwarm.errors import ConfigError
 from trtwarm.trust import envelope, keys, schema
 from trtwarm.trust.policy import Gate, Policy, TrustedKey
-from trtwarm.volume.store import Entry
+from trtwarm.volume.entry import Entry
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                         HealthCheck.function_scoped_fixture])

@@ -34,7 +34,8 @@ from trtwarm.init.plan import Plan
 from trtwarm.node.podenv import events_configured
 from trtwarm.volume import leases, statcache
 from trtwarm.volume.statcache import RACY_SECONDS
-from trtwarm.volume.store import MANIFEST, SIGNATURE, Entry
+from trtwarm.volume.store import MANIFEST, SIGNATURE
+from trtwarm.volume.entry import Entry
 
 log = logging.getLogger("trtwarm.init.warm")
 

@@ -24,7 +24,8 @@ from trtwarm.trust.policy import Gate
 from trtwarm.volume.layout import Layout
 from trtwarm.volume.stamps import StampBook, on_volume
 from trtwarm.volume.statcache import inspect_model
-from trtwarm.volume.store import EngineStore, Entry
+from trtwarm.volume.store import EngineStore
+from trtwarm.volume.entry import Entry
 
 log = logging.getLogger("trtwarm.init.warm")
 

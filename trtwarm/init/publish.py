@@ -21,7 +21,7 @@ from trtwarm.fs.ops import volume_full
 from trtwarm.init.plan import Plan
 from trtwarm.volume.files import SCHEMA, list_built
 from trtwarm.volume.lock import PROGRESS_SECONDS
-from trtwarm.volume.store import Entry
+from trtwarm.volume.entry import Entry
 
 log = logging.getLogger("trtwarm.init.warm")
 

@@ -19,7 +19,8 @@ from typing import Any
 
 from trtwarm.errors import EntryInvalid, VolumeError
 from trtwarm.volume.layout import Layout
-from trtwarm.volume.store import EngineStore, Entry, check_entry
+from trtwarm.volume.store import EngineStore
+from trtwarm.volume.entry import Entry, check_entry
 
 log = logging.getLogger("trtwarm.init.warm")
 

@@ -38,7 +38,8 @@ from trtwarm.volume import leases
 from trtwarm.volume.layout import Layout, volume_error
 from trtwarm.volume.lock import BuildLock
 from trtwarm.volume.stamps import on_volume
-from trtwarm.volume.store import EngineStore, Entry
+from trtwarm.volume.store import EngineStore
+from trtwarm.volume.entry import Entry
 from trtwarm.init.waiting import on_wait as _on_wait, wait_reason as _wait_reason
 from trtwarm.trust.policy import Gate
 

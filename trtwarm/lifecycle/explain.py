@@ -14,7 +14,8 @@ from typing import Any
 from trtwarm.builders.tensorrt.compat import built_on
 from trtwarm.errors import EntryInvalid
 from trtwarm.key import model_part
-from trtwarm.volume.store import EngineStore, read_manifest
+from trtwarm.volume.store import EngineStore
+from trtwarm.volume.entry import read_manifest
 
 #: how many of the nearest entries are reported
 NEAREST = 5

@@ -30,13 +30,8 @@ from trtwarm.volume import leases as leaselib
 from trtwarm.volume.files import check_stats, scan_files
 from trtwarm.volume.layout import OWN_DIRS, Layout
 from trtwarm.volume.schema import salvage
-from trtwarm.volume.store import (
-    MANIFEST_LIMIT,
-    STALE_STAGING_SECONDS,
-    Entry,
-    read_manifest,
-    staging_stale,
-)
+from trtwarm.volume.store import STALE_STAGING_SECONDS, staging_stale
+from trtwarm.volume.entry import MANIFEST_LIMIT, Entry, read_manifest
 
 #: the quarantine time in a quarantined entry's name (``<name>.<YYYYmmddTHHMMSSZ>.<reason>.<rand>``)
 _STAMP = re.compile(r"\.(\d{8}T\d{6}Z)\.")

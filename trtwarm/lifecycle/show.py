@@ -39,7 +39,7 @@ def signature_status(info: EntryInfo, policy: Path | None = None) -> str:
         return "unsigned"
     if policy is not None and info.manifest:  # the check init makes, whatever shape the envelope has
         from trtwarm.trust.policy import Gate
-        from trtwarm.volume.store import Entry
+        from trtwarm.volume.entry import Entry
 
         ok, detail = Gate.create(policy, "warn").status(Entry(info.path, info.manifest))
         return f"signed by trusted key {detail[:16]} ({policy})" if ok else f"NOT trusted by {policy}: {detail}"
@@ -146,7 +146,7 @@ def _init_command(doc: Mapping[str, Any], name: str, cache_dir: str) -> str | No
 
 
 def _verify_now(info: EntryInfo) -> str:
-    from trtwarm.volume.store import check_entry
+    from trtwarm.volume.entry import check_entry
 
     try:
         check_entry(info.path, info.key)

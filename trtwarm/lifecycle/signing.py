@@ -35,7 +35,8 @@ from trtwarm.trust import keys
 from trtwarm.trust.policy import REBUILD_HINT, Gate, Policy
 from trtwarm.volume.layout import Layout
 from trtwarm.volume.lock import BuildLock
-from trtwarm.volume.store import SIGNATURE, EngineStore, Entry, check_entry, read_manifest
+from trtwarm.volume.store import SIGNATURE, EngineStore
+from trtwarm.volume.entry import Entry, check_entry, read_manifest
 
 log = logging.getLogger("trtwarm.sign")
 #: how long `sign` waits for another signer of the same entry

@@ -21,7 +21,8 @@ from trtwarm.fs.ops import atomic_write_json, read_json_object
 from trtwarm.lifecycle.entryinfo import EntryInfo
 from trtwarm.lifecycle.inventory import Inventory
 from trtwarm.volume.layout import Layout
-from trtwarm.volume.store import SIGNATURE, EngineStore, check_entry
+from trtwarm.volume.store import SIGNATURE, EngineStore
+from trtwarm.volume.entry import check_entry
 
 if TYPE_CHECKING:  # the caller makes the gate; `ls` (apply_record) need not import the verifier's crypto
     from trtwarm.trust.policy import Gate

@@ -27,7 +27,8 @@ from trtwarm.remote.client import KINDS, kind_of
 from trtwarm.remote.pull import BlobCorrupt, pull_into
 from trtwarm.remote.push import push_entry, read_signature
 from trtwarm.remote.url import RemoteURL
-from trtwarm.volume.store import EngineStore, Entry, check_entry
+from trtwarm.volume.store import EngineStore
+from trtwarm.volume.entry import Entry, check_entry
 
 log = logging.getLogger("trtwarm.remote")
 PUSH_MODES = ("off", "best-effort", "required")

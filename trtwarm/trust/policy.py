@@ -35,7 +35,8 @@ from trtwarm.fs.ops import TooLarge, read_bounded
 from trtwarm.key import key_of, model_part
 from trtwarm.trust import envelope, keys, schema
 from trtwarm.trust.schema import MODES
-from trtwarm.volume.store import SIGNATURE, Entry
+from trtwarm.volume.store import SIGNATURE
+from trtwarm.volume.entry import Entry
 
 log = logging.getLogger("trtwarm.trust")
 POLICY_LIMIT = 1 << 20

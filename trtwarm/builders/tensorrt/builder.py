@@ -39,7 +39,7 @@ from trtwarm.errors import ConfigError, EntryInvalid
 from trtwarm.fs.ops import TooLarge, read_bounded, sha256_file
 from trtwarm.model import ModelFacts
 from trtwarm.volume.layout import Layout
-from trtwarm.volume.store import read_manifest
+from trtwarm.volume.entry import read_manifest
 
 log = logging.getLogger("trtwarm.build")
 CALIBRATION_LIMIT = 64 << 20  # calibration caches are text, one line per tensor: a few hundred KiB at most
