@@ -57,7 +57,7 @@ def test_one_prebuild_job_per_gpu_product_with_a_matrix_trtwarm_accepts(tmp_path
     assert matrix["base"] == "/models/src"
     (tmp_path / "matrix.json").write_text(json.dumps(matrix))
     sys.path.insert(0, str(ROOT))
-    from trtwarm.cli.prebuild import matrix_rows
+    from trtwarm.cli.matrix import matrix_rows
 
     [(label, flags)] = matrix_rows(tmp_path / "matrix.json")
     assert label == "resnet50/fp16" and "/models/src/resnet50.onnx" in flags and "--builder" in flags
@@ -82,7 +82,7 @@ def test_deploy_remote_prebuild_jobs_validate_and_select_one_gpu_product_each() 
 
 
 def test_the_ci_workflow_example_runs_prebuild_per_gpu_runner_and_a_matrix_trtwarm_accepts() -> None:
-    from trtwarm.cli.prebuild import matrix_rows
+    from trtwarm.cli.matrix import matrix_rows
 
     flow = yaml.safe_load((ROOT / "deploy" / "remote" / "github-actions-prebuild.yml").read_text())
     steps = flow["jobs"]["prebuild"]["steps"]

@@ -115,7 +115,8 @@ def test_coverage_answers_an_aarch64_grace_hopper_column_apart_from_x86_64_hoppe
     cells = coverage.cover([("m/fp16", want)], cols[:2], [("k1", make_ref(_manifest(doc=x86), None)),
                                                           ("k0", make_ref(_manifest(doc=old), None))])
     assert [(c.gpu, c.key) for c in cells] == [("sm9.0@linux-x86_64", "k1"), ("sm9.0@linux-aarch64", None)]
-    from trtwarm.cli.prebuild import _check_platform, matrix_platforms
+    from trtwarm.cli.matrix import matrix_platforms
+    from trtwarm.cli.prebuild import _check_platform
     from trtwarm.node.hostplatform import host_platform
 
     matrix = tmp_path / "matrix.json"
@@ -136,7 +137,7 @@ def test_coverage_of_tensorrt_rows_needs_no_tensorrt_and_no_gpu(tmp_path: Path, 
     matrix = tmp_path / "matrix.json"
     matrix.write_text(json.dumps({"models": [{"model": str(model), "shape": ["input=1x16:8x16:32x16"]}],
                                   "precision": ["fp16", "fp32"], "options": {"builder": "tensorrt"}}))
-    from trtwarm.cli.prebuild import coverage_rows
+    from trtwarm.cli.matrix import coverage_rows
 
     rows = coverage_rows(matrix, {}, "10.16.1.11+cu12")
     assert [label for label, _ in rows] == ["mlp/fp16", "mlp/fp32"]
@@ -177,7 +178,7 @@ def test_remote_gc_refuses_a_keep_per_model_that_keeps_nothing() -> None:
     ({"models": [{"model": "a.onnx"}], "options": ["x"]}, "must be an object")])
 def test_a_malformed_matrix_is_a_usage_error_naming_what_is_wrong(tmp_path: Path, doc: object, words: str) -> None:
     """Not a bug report (exit 1), and never a green CI job that built nothing."""
-    from trtwarm.cli.prebuild import matrix_rows
+    from trtwarm.cli.matrix import matrix_rows
 
     (tmp_path / "matrix.json").write_text(json.dumps(doc))
     with pytest.raises(ConfigError, match=words):

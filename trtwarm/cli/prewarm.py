@@ -46,7 +46,7 @@ def add_parser(sub: Any) -> None:
 
 def cmd_prewarm(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm prewarm``: one log line per row, a table (or JSON lines), the exit status described above."""
-    from trtwarm.cli.prebuild import matrix_rows, settings_for
+    from trtwarm.cli.matrix import matrix_rows, settings_for
     from trtwarm.remote.url import parse
 
     if not ns.remote:

@@ -229,7 +229,7 @@ def _still_unreferenced(repo: Repository, blobs: list[tuple[str, int]]) -> list[
 def cmd_coverage(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm remote coverage``: a table of matrix row × GPU product, present or missing, and a percentage."""
     from trtwarm.lifecycle.tables import render
-    from trtwarm.cli.prebuild import coverage_rows, matrix_platforms
+    from trtwarm.cli.matrix import coverage_rows, matrix_platforms
     from trtwarm.node.hostplatform import parse_platform
     from trtwarm.remote.coverage import columns, cover, cpu_row, is_cpu, percent
 
