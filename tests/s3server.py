@@ -143,6 +143,16 @@ class SeaweedServer:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
 
+    def freeze(self) -> None:
+        """SIGSTOP the server: its sockets stay open and accept connections, nothing answers (a hung store)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT after :meth:`freeze`."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGCONT)
+
     def kill(self) -> None:
         """SIGKILL at once (a server lost mid-transfer)."""
         if self.proc is not None and self.proc.poll() is None:
@@ -214,3 +224,34 @@ class SlowProxy:
         self._stop.set()
         self.listener.close()
         self.cut()
+
+
+class BlackHole:
+    """A listening socket on 127.0.0.1 that accepts every connection and never answers nor reads: a black-holed
+    endpoint, a dead load balancer, a firewall that drops what follows the handshake."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(256)
+        self.port = self.listener.getsockname()[1]
+        self.accepted: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                self.accepted.append(self.listener.accept()[0])
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.listener.close()
+        for sock in self.accepted:
+            sock.close()

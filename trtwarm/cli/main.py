@@ -153,7 +153,8 @@ def cmd_init(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
         raise
     finally:
         events.close(settings.events_timeout)
-    log.info("%s %s in %.3f s: %s", report.result, report.name, report.seconds["total"], report.path)
+    push = f" (push {report.seconds['push']:.1f} s)" if "push" in report.seconds else ""
+    log.info("%s %s in %.3f s%s: %s", report.result, report.name, report.seconds["total"], push, report.path)
     summary = report.summary()
     handoff.termination_message(settings.termination_log, summary)
     try:

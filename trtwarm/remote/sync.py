@@ -16,6 +16,7 @@ Everything the sidecar exports (bytes and seconds pulled and pushed, errors by k
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -56,8 +57,13 @@ class RemoteSync:
     @classmethod
     def for_init(cls, settings: Any, store: EngineStore, emit: Emit | None) -> RemoteSync:
         """The init's: ``--remote`` parsed from *settings* (a :class:`trtwarm.config.Settings`); a pull-only init
-        (``--read-only``) never pushes and has no fallback. :raises ConfigError: a bad URL or AWS setting"""
-        return cls(parse(settings.remote, settings.environ), store, emit=emit, strict=settings.read_only,
+        (``--read-only``) never pushes and has no fallback; its requests are bounded by ``--lock-timeout`` too (the
+        longest it may wait for an engine). :raises ConfigError: a bad URL or AWS setting"""
+        remote = dataclasses.replace(parse(settings.remote, settings.environ), progress=settings.progress_interval)
+        if settings.read_only:
+            remote = dataclasses.replace(remote, retry_timeout=min(remote.retry_timeout, settings.lock_timeout),
+                                         read_timeout=min(remote.read_timeout, settings.lock_timeout))
+        return cls(remote, store, emit=emit, strict=settings.read_only,
                    push="off" if settings.read_only else settings.remote_push)
 
     def _count(self, error: RemoteError) -> None:
