@@ -18,7 +18,7 @@ from trtwarm import __version__
 from trtwarm import log as logsetup
 from trtwarm.config import DEFAULT_CACHE_DIR, DEFAULT_HANDOFF_DIR, Settings, env_defaults
 from trtwarm.errors import BuildError, ConfigError, OutputError, exit_code_for
-from trtwarm.cli.flags import add_init_flags, add_run_flags
+from trtwarm.cli.flags import add_init_flags, add_run_flags, remote_environ
 from trtwarm.cli.helptext import annotate_env, exit_codes_epilog, unknown_command
 from trtwarm.cli.output import as_error, guarded, report_failure
 
@@ -143,7 +143,7 @@ def cmd_init(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     from trtwarm.node.events import EventRecorder
     from trtwarm.init.warm import warm
 
-    settings = Settings.from_namespace(ns, environ)
+    settings = Settings.from_namespace(ns, remote_environ(ns, environ))
     ns.settings = settings
     events = EventRecorder(settings.identity, environ)
     try:

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
+from trtwarm.cli.flags import remote_environ
 from trtwarm.config import Settings, env_defaults
 from trtwarm.errors import ConfigError, ModelError, TrtwarmError, exit_code_for, hint_for
 from trtwarm.remote.client import Client
@@ -97,7 +98,7 @@ def settings_for(flags: list[str], environ: Mapping[str, str], **extra: Any) -> 
     ns = parser.parse_args(flags)
     for name, value in extra.items():
         setattr(ns, name, value)
-    return Settings.from_namespace(ns, environ)
+    return Settings.from_namespace(ns, remote_environ(ns, environ))
 
 
 def _one(label: str, settings: Settings, sync: RemoteSync) -> str:
@@ -120,6 +121,7 @@ def run(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm prebuild``: one progress line per row, a summary table; exit status of the first failure."""
     if not ns.remote:
         raise ConfigError("prebuild needs --remote s3://BUCKET/PREFIX (or TRTWARM_REMOTE)")
+    environ = remote_environ(ns, environ)  # the wait flags, for the check below and for every row
     remote = parse(ns.remote, environ)
     rows = matrix_rows(Path(ns.matrix))
     # the repository once, first: wrong credentials, a missing bucket or a dead endpoint fail the run with their

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from trtwarm.cli.flags import add_remote_wait_flags, remote_environ
 from trtwarm.errors import ConfigError, TrtwarmError, exit_code_for
 from trtwarm.remote.client import Client
 from trtwarm.remote.repo import Repository, blob_path, manifest_files, ref_path
@@ -35,6 +36,7 @@ def add_parsers(sub: Any) -> None:
         p.add_argument("--remote", help="s3://BUCKET/PREFIX (TRTWARM_REMOTE)")
         p.add_argument("--json", action="store_true")
         p.add_argument("--log-format", default="text", choices=["text", "json"])
+        add_remote_wait_flags(p)
         p.set_defaults(func=func)
         if name in ("show", "rm"):
             p.add_argument("keys", nargs="+", metavar="KEY", help="a key, a prefix of 8+ hex digits, or a NAME "
@@ -57,13 +59,14 @@ def add_parsers(sub: Any) -> None:
     pre.add_argument("--cache-dir", help="local cache to build in and reuse (default: a temporary one, removed at "
                      "the end)")
     pre.add_argument("--log-format", default="text", choices=["text", "json"])
+    add_remote_wait_flags(pre)
     pre.set_defaults(func=cmd_prebuild)
 
 
 def _repo(ns: argparse.Namespace, environ: Mapping[str, str]) -> Repository:
     if not ns.remote:
         raise ConfigError("no repository given", hint="pass --remote s3://BUCKET/PREFIX (or set TRTWARM_REMOTE)")
-    repo = Repository(Client(parse(ns.remote, environ)))
+    repo = Repository(Client(parse(ns.remote, remote_environ(ns, environ))))
     repo.client.check_bucket()  # a missing bucket or wrong credentials fail here, with their own exit code
     return repo
 

@@ -105,7 +105,9 @@ def _positive(environ: Mapping[str, str], name: str, default: str) -> float:
     """A duration setting that must be above zero (a zero timeout would fail every request, or wait forever)."""
     value = parse_duration(environ.get(name) or default)
     if value <= 0:
-        raise ConfigError(f"{name}={environ.get(name)!r} must be above zero", hint=f"e.g. {name}={default}")
+        flag = "--" + name.removeprefix("TRTWARM_").lower().replace("_", "-")
+        raise ConfigError(f"{flag} / {name} {environ.get(name)!r} must be above zero",
+                          hint=f"e.g. {flag} {default}: zero would fail every request")
     return value
 
 
