@@ -30,7 +30,8 @@ def add_parsers(sub: Any) -> None:
     rsub = remote.add_subparsers(dest="remote_command", required=True, metavar="SUBCOMMAND")
     for name, func, text in (("ls", cmd_ls, "one row per ref"), ("show", cmd_show, "one ref's manifest"),
                              ("rm", cmd_rm, "remove refs (their blobs go with gc)"),
-                             ("gc", cmd_gc, "retention: old refs, unreferenced blobs after a grace period"),
+                             ("gc", cmd_gc, "retention: old refs, unreferenced blobs after a grace period (incomplete "
+                              "multipart uploads: a bucket lifecycle rule, docs/remote.md)"),
                              ("coverage", cmd_coverage, "which Pods would hit: matrix × GPU products")):
         p = rsub.add_parser(name, help=text)
         p.add_argument("--remote", help="s3://BUCKET/PREFIX (TRTWARM_REMOTE)")
