@@ -254,7 +254,8 @@ def render(row: dict[str, object]) -> str:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--init-vs-curl"]:  # python bench/bench_remote.py --init-vs-curl [MiB]
         with tempfile.TemporaryDirectory(prefix="trtwarm-bench-remote-") as tmp:
-            print(json.dumps(bench_init_vs_curl(Path(tmp), int(sys.argv[2]) * MiB if len(sys.argv) > 2 else 1024 * MiB)))
+            size_arg = int(sys.argv[2]) * MiB if len(sys.argv) > 2 else 1024 * MiB
+            print(json.dumps(bench_init_vs_curl(Path(tmp), size_arg)))
         sys.exit(0)
     with tempfile.TemporaryDirectory(prefix="trtwarm-bench-remote-") as tmp:
         result = bench_remote(Path(tmp), int(sys.argv[1]) * MiB if len(sys.argv) > 1 else 1024 * MiB)

