@@ -130,9 +130,9 @@ class Client:
                                      "endpoint?", hint="use http:// in AWS_ENDPOINT_URL (with AWS_ALLOW_HTTP=true) "
                                      "for a plain-http server such as an in-cluster MinIO, or check the port")
         if name == "GenericError" and _UNREACHABLE.search(text) and "status code" not in text:
-            return RemoteUnreachable(f"{where}: {self.remote.endpoint or 'the endpoint'} did not answer (retried "
-                                     f"for {self.remote.retry_timeout:.0f} s, {self.remote.read_timeout:.0f} s read "
-                                     f"timeout: {_short(text)})")
+            return RemoteUnreachable(f"{where}: {self.remote.endpoint or 'the endpoint'} did not answer (up to "
+                                     f"{self.remote.retries} retries within {self.remote.retry_timeout:.0f} s, "
+                                     f"{self.remote.read_timeout:.0f} s read timeout: {_short(text)})")
         return RemoteError(f"{where}: {_short(text)}")
 
     @contextlib.contextmanager
