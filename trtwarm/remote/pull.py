@@ -188,7 +188,7 @@ class _RangeWriter:
         """Fetch the range at *start*: ``(its length, seconds spent hashing it)``; a range starts only while no
         other has failed. :raises BlobCorrupt, RemoteError:"""
         if self.failed.is_set():
-            raise RemoteError("not started: another range of this blob failed")
+            raise _NotStarted("not started: another range of this blob failed")
         try:
             return self._fetch(start)
         except BaseException:
@@ -236,8 +236,10 @@ def _collect(futures: list[Any], starts: range, fd: int, stats: PullStats, *, wh
     for future, start in zip(futures, starts):
         while not future.done():  # any range's failure ends the pull now, not when its turn in order comes
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for failed in (f for f in done if f.exception() is not None):
-                failed.result()
+            if any(f.exception() is not None for f in done):
+                _raise_first_failure(futures)
+        if future.exception() is not None:
+            _raise_first_failure(futures)
         length, seconds = future.result()
         stats.hash_seconds += seconds
         if whole:
@@ -246,6 +248,21 @@ def _collect(futures: list[Any], starts: range, fd: int, stats: PullStats, *, wh
             stats.hash_seconds += time.monotonic() - started
         stats.bytes += length
     return digest.hexdigest() if whole else None
+
+
+class _NotStarted(RemoteError):
+    """A range that did not start because another range of its blob had failed: never the failure reported."""
+
+
+def _raise_first_failure(futures: list[Any]) -> None:
+    """Cancel the queued ranges at once, let the running ones end (each is bounded by the request budget, and they
+    write to the file), then raise the first real failure in range order (a corrupt chunk stays a BlobCorrupt)."""
+    for future in futures:
+        future.cancel()
+    wait(futures)
+    errors = [f.exception() for f in futures if not f.cancelled() and f.exception() is not None]
+    real = [e for e in errors if not isinstance(e, _NotStarted)]
+    raise (real or errors)[0]
 
 
 def pull_into(repo: Repository, manifest: dict[str, Any], staging: Path, *, chunk: int = CHUNK,
