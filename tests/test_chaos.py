@@ -1,4 +1,4 @@
-"""Chaos with the store in it, the short version CI runs (issue 31): ``bench/chaos.py --seconds 30``, real processes,
+"""Chaos with the store in it, the short version CI runs (issue 31): ``bench/chaos.py --seconds 20``, real processes,
 a real SeaweedFS SIGKILLed and restarted on its data, pushers and pullers SIGKILLed mid-transfer, gc beside. The long
 run is ``python bench/chaos.py --kills 1000`` (docs/benchmarks.md)."""
 
@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.chaos, pytest.mark.skipif(weed_binary() is None,
 
 
 def test_a_short_chaos_run_finds_nothing_torn_wedged_broken_or_lost(tmp_path: Path) -> None:
-    run = subprocess.run([sys.executable, str(ROOT / "bench" / "chaos.py"), "--seconds", "30", "--seed", "7"],
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "chaos.py"), "--seconds", "20", "--seed", "7"],
                          capture_output=True, text=True, timeout=170, cwd=tmp_path, check=False)
     table = run.stdout
     assert run.returncode == 0, table + run.stderr[-3000:]
