@@ -158,8 +158,9 @@ class Chaos:
                 self.server.start()
                 continue
             running = [i for i in inits if i.proc.poll() is None and not i.killed]
-            if running:
-                victim = self.rng.choice(running)
+            if running:  # the kind killed least so far first, so that every kind's count grows
+                fewest = min(self.tally.kills[i.role] for i in running)
+                victim = self.rng.choice([i for i in running if self.tally.kills[i.role] == fewest])
                 os.killpg(victim.proc.pid, signal.SIGKILL)
                 victim.killed = True
                 self.tally.kills[victim.role] += 1
