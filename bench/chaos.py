@@ -155,7 +155,7 @@ class Chaos:
                 self.server.kill()
                 self.tally.kills["server"] += 1
                 time.sleep(self.rng.uniform(0.1, 1.5))
-                self.server.start()
+                self._restart()
                 continue
             running = [i for i in inits if i.proc.poll() is None and not i.killed]
             if running:  # the kind killed least so far first, so that every kind's count grows
@@ -164,6 +164,18 @@ class Chaos:
                 os.killpg(victim.proc.pid, signal.SIGKILL)
                 victim.killed = True
                 self.tally.kills[victim.role] += 1
+
+    def _restart(self) -> None:
+        """Start the server again on its data and ports; a port the killed one held may take a moment to free."""
+        for attempt in range(5):
+            try:
+                self.server.start()
+                return
+            except RuntimeError as exc:
+                if attempt == 4:
+                    raise
+                print(f"the S3 server did not restart ({str(exc)[:200]}); again in 1 s", file=sys.stderr)
+                time.sleep(1.0)
 
     def _wait(self, procs: list[Init], deadline: float) -> None:
         for item in procs:
