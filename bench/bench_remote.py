@@ -175,6 +175,56 @@ def _init_pull(work: Path, env: dict[str, str], sha: str, size: int, remote: obj
     return init("second")
 
 
+def bench_init_vs_curl(work: Path, size: int = 1024 * MiB, repeat: int = 3) -> dict[str, object]:
+    """A whole pull-only ``trtwarm init`` on an empty volume (process start to exit: the key, the lock, the pull,
+    the verified publish with its fsyncs, the hand-off) vs ``curl`` of the same blob to a file and ``sync FILE``
+    (its fsync: durability is part of the job), interleaved, best of *repeat* each."""
+    import datetime
+
+    import obstore
+
+    from s3server import SeaweedServer
+    from trtwarm.cli.demo import make_model
+    from trtwarm.remote.client import Client
+    from trtwarm.remote.url import parse
+
+    (work / "weed").mkdir(parents=True)
+    server = SeaweedServer(work / "weed").start()
+    try:
+        env = _env(server)
+        model = make_model(work / "model.onnx")
+        engine = work / "engine-src.bin"
+        subprocess.run(["head", "-c", str(size), "/dev/urandom"], stdout=open(engine, "wb"), check=True)
+        base = [sys.executable, "-m", "trtwarm", "init", "--builder", "command", "--builder-version", "bench",
+                "--build-command", f"cp {engine} {{output}}", "--device", "cpu", "--model", str(model),
+                "--remote", "s3://engines/bench-vs-curl"]
+        subprocess.run([*base, "--cache-dir", str(work / "first"), "--handoff-dir", str(work / "h-first")],
+                       capture_output=True, env=env, check=True)
+        doc = json.loads((work / "h-first" / "engine.json").read_text())
+        sha = Path(doc["path"]).parent.joinpath("manifest.json").read_text()
+        sha = json.loads(sha)["engine_sha256"]
+        client = Client(parse("s3://engines/bench-vs-curl", env))
+        url = obstore.sign(client.store, "GET", f"blobs/sha256/{sha}", datetime.timedelta(minutes=30))
+        inits, curls = [], []
+        for i in range(repeat):
+            argv = [*base, "--read-only", "--cache-dir", str(work / f"c{i}"), "--handoff-dir", str(work / f"h{i}")]
+            start = time.perf_counter()
+            out = subprocess.run(argv, capture_output=True, text=True, env=env, check=True).stdout
+            inits.append(time.perf_counter() - start)
+            assert json.loads(out.splitlines()[-1])["result"] == "pulled", out
+            subprocess.run(["rm", "-rf", str(work / f"c{i}")], check=True)
+            target = work / "curl.bin"
+            start = time.perf_counter()
+            subprocess.run(["curl", "-sSf", "-o", str(target), url], check=True)
+            subprocess.run(["sync", str(target)], check=True)
+            curls.append(time.perf_counter() - start)
+            target.unlink()
+        return {"size_mib": size // MiB, "init_s": min(inits), "curl_sync_s": min(curls),
+                "ratio": min(curls) / min(inits), "cpus": os.cpu_count(), "load": os.getloadavg()[0]}
+    finally:
+        server.stop()
+
+
 def render(row: dict[str, object]) -> str:
     """The README table."""
     return "\n".join([
@@ -202,6 +252,11 @@ def render(row: dict[str, object]) -> str:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--init-vs-curl"]:  # python bench/bench_remote.py --init-vs-curl [MiB]
+        with tempfile.TemporaryDirectory(prefix="trtwarm-bench-remote-") as tmp:
+            size_arg = int(sys.argv[2]) * MiB if len(sys.argv) > 2 else 1024 * MiB
+            print(json.dumps(bench_init_vs_curl(Path(tmp), size_arg)))
+        sys.exit(0)
     with tempfile.TemporaryDirectory(prefix="trtwarm-bench-remote-") as tmp:
         result = bench_remote(Path(tmp), int(sys.argv[1]) * MiB if len(sys.argv) > 1 else 1024 * MiB)
     print(render(result))

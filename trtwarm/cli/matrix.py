@@ -105,7 +105,7 @@ class _RowParser(argparse.ArgumentParser):
 
 def settings_for(flags: list[str], environ: Mapping[str, str], **extra: Any) -> Settings:
     """Parse one row's flags with ``init``'s parser (same validation) into Settings; *extra* overrides."""
-    from trtwarm.cli.flags import add_init_flags, add_run_flags
+    from trtwarm.cli.flags import add_init_flags, add_run_flags, remote_environ
 
     parser = _RowParser(prog="trtwarm prebuild", add_help=False)
     add_init_flags(parser)
@@ -114,7 +114,7 @@ def settings_for(flags: list[str], environ: Mapping[str, str], **extra: Any) -> 
     ns = parser.parse_args(flags)
     for name, value in extra.items():
         setattr(ns, name, value)
-    return Settings.from_namespace(ns, environ)
+    return Settings.from_namespace(ns, remote_environ(ns, environ))
 
 
 def coverage_rows(path: Path, environ: Mapping[str, str],

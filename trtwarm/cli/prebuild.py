@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from trtwarm.cli.flags import remote_environ
 from trtwarm.cli.matrix import matrix_platforms, matrix_rows, settings_for
 from trtwarm.config import Settings
 from trtwarm.errors import ConfigError, TrtwarmError, exit_code_for, hint_for
@@ -56,6 +57,7 @@ def run(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     if not ns.remote and not ns.oci_image:
         raise ConfigError("prebuild needs --remote s3://BUCKET/PREFIX or oci://REGISTRY/REPOSITORY (or "
                           "TRTWARM_REMOTE), or --oci-image REGISTRY/REPOSITORY:TAG")
+    environ = remote_environ(ns, environ)  # the wait flags, for the check below and for every row
     remote = parse_remote(ns.remote, environ, insecure=ns.insecure_registry) if ns.remote else None
     rows = matrix_rows(Path(ns.matrix))
     _check_platform(matrix_platforms(Path(ns.matrix)))

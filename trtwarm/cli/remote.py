@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trtwarm.cli.flags import add_insecure_flag
+from trtwarm.cli.flags import add_insecure_flag, add_remote_wait_flags, remote_environ
 from trtwarm.errors import ConfigError, EntriesDamaged, ModelError, TrtwarmError, exit_code_for
 from trtwarm.remote.backend import open_repository, parse_remote
 from trtwarm.remote.repo import Repository, blob_path, manifest_files, ref_path
@@ -29,13 +29,15 @@ def add_parsers(sub: Any) -> None:
     rsub = remote.add_subparsers(dest="remote_command", required=True, metavar="SUBCOMMAND")
     for name, func, text in (("ls", cmd_ls, "one row per ref"), ("show", cmd_show, "one ref's manifest"),
                              ("rm", cmd_rm, "remove refs (their blobs go with gc)"),
-                             ("gc", cmd_gc, "retention: old refs, unreferenced blobs after a grace period"),
+                             ("gc", cmd_gc, "retention: old refs, unreferenced blobs after a grace period (incomplete "
+                              "multipart uploads: a bucket lifecycle rule, docs/remote.md)"),
                              ("coverage", cmd_coverage, "which Pods would hit: matrix × GPU products")):
         p = rsub.add_parser(name, help=text)
         p.add_argument("--remote", help="s3://BUCKET/PREFIX or oci://REGISTRY/REPOSITORY (TRTWARM_REMOTE)")
         add_insecure_flag(p)
         p.add_argument("--json", action="store_true")
         p.add_argument("--log-format", default="text", choices=["text", "json"])
+        add_remote_wait_flags(p)
         p.set_defaults(func=func)
         if name in ("show", "rm"):
             p.add_argument("keys", nargs="+", metavar="KEY", help="a key, a prefix of 8+ hex digits, or a NAME "
@@ -63,6 +65,7 @@ def add_parsers(sub: Any) -> None:
     pre.add_argument("--cache-dir", help="local cache to build in and reuse (default: a temporary one, removed at "
                      "the end)")
     pre.add_argument("--log-format", default="text", choices=["text", "json"])
+    add_remote_wait_flags(pre)
     pre.set_defaults(func=cmd_prebuild)
 
 
@@ -70,7 +73,7 @@ def _repo(ns: argparse.Namespace, environ: Mapping[str, str]) -> Repository:
     if not ns.remote:
         raise ConfigError("no repository given", hint="pass --remote s3://BUCKET/PREFIX or oci://REGISTRY/REPOSITORY "
                           "(or set TRTWARM_REMOTE)")
-    repo = open_repository(parse_remote(ns.remote, environ, insecure=ns.insecure_registry))
+    repo = open_repository(parse_remote(ns.remote, remote_environ(ns, environ), insecure=ns.insecure_registry))
     repo.client.check_bucket()  # a missing bucket or wrong credentials fail here, with their own exit code
     return repo
 

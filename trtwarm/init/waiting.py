@@ -16,6 +16,10 @@ log = logging.getLogger("trtwarm.init.warm")
 def wait_message(name: str, owner: dict[str, Any] | None, gpu_lock: str | None = None) -> str:
     """What a blocked init says: whose build of *name* it waits for, or, on the GPU's lock, which other engine."""
     if gpu_lock is None:
+        doing = (owner or {}).get("doing")
+        if isinstance(doing, str) and doing.startswith("pulling from "):
+            return f"waiting for {name}: being pulled from {doing.removeprefix('pulling from ')[:200]} by " \
+                   f"{describe_owner(owner)}"
         return f"waiting for {name}: being built by {describe_owner(owner)}"
     other = (owner or {}).get("label") or "another engine"
     return f"waiting for the GPU ({gpu_lock}) to build {name}: {other} is being built on it by {describe_owner(owner)}"
@@ -30,7 +34,7 @@ def on_wait(plan: Plan, gpu_lock: str | None = None) -> Callable[[float, dict[st
         log.info("%s (%.0f s waited)", wait_message(plan.label, owner, gpu_lock), elapsed)
         if not said:
             said.append(True)
-            plan.emit("WaitingForEngineBuild", wait_message(plan.name, owner, gpu_lock))
+            plan.emit("WaitingForEngineBuild", wait_message(plan.name, owner, gpu_lock))  # its message says a pull
 
     return report
 

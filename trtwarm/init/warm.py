@@ -90,7 +90,7 @@ def _single_flight(plan: Plan) -> tuple[Entry | None, str]:
         try:
             log.info("holding the build lock of %s", plan.label)
             if plan.store.find(plan.key, plan.name) is None:  # else: published between our miss and the lock
-                result, pulled = _pull_or_build_locked(plan, lock.mode)
+                result, pulled = _pull_or_build_locked(plan, lock)
         finally:
             lock.release()
     plan.seconds["wait"] = lock.waited
@@ -108,17 +108,22 @@ def _single_flight(plan: Plan) -> tuple[Entry | None, str]:
     return entry, result
 
 
-def _pull_or_build_locked(plan: Plan, mode: str) -> tuple[str, Entry | None]:
+def _pull_or_build_locked(plan: Plan, lock: BuildLock) -> tuple[str, Entry | None]:
     """Under the key's lock: pull from ``--remote`` (the pulled entry), else build (``absent``: may not build;
-    ``lost``: an entry this init did not publish took the name meanwhile, e.g. a writer of the volume's)."""
+    ``lost``: an entry this init did not publish took the name meanwhile, e.g. a writer of the volume's). The lock's
+    owner record says which, so the waiters say "being pulled from <store>" or "being built"."""
     if plan.remote is not None:
-        if pulled := plan.remote.pull(plan.key, plan.name, plan.load_check(trust=False)):
-            return "pulled", pulled
+        lock.doing(f"pulling from {plan.remote.repo.url}")
+        try:
+            if pulled := plan.remote.pull(plan.key, plan.name, plan.load_check(trust=False)):
+                return "pulled", pulled
+        finally:
+            lock.doing(None)
         if plan.store.find(plan.key, plan.name) is not None:
             return "lost", None
     if plan.settings.read_only or plan.gate.consumer_only:
         return "absent", None
-    return ("built" if _build_locked(plan, mode) else "lost"), None
+    return ("built" if _build_locked(plan, lock.mode) else "lost"), None
 
 
 def _build_locked(plan: Plan, mode: str) -> bool:
@@ -255,7 +260,10 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
     if repeatable:
         hitrecord.remember(plan, entry, report, said)
     if result == "built" and plan.remote is not None and settings.remote_push == "best-effort":
+        pushing = time.monotonic()
         plan.remote.push(entry)  # after the hand-off, which is durable first; see docs/decisions.md
+        report.seconds["push"] = time.monotonic() - pushing  # bounded: one request budget for a hung store
+        report.seconds["total"] = time.monotonic() - start
         _hand_off(settings, report, entry, plan.builder.name)  # again, with the push's bytes and seconds
     return report
 

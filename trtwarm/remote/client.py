@@ -2,14 +2,16 @@
 the retries and the classification of failures into trtwarm's typed errors.
 
 obstore (the Rust object_store crate) retries 5xx answers and connection errors itself with exponential backoff;
-we set its request timeout well above its 30 s default (a 64 MiB part over a slow link), a short connect timeout,
-and a bounded number of retries so an unreachable endpoint fails in seconds, not minutes. Every failure becomes
-one of :class:`RemoteAuthError`, :class:`RemoteBucketError`, :class:`RemoteUnreachable` or :class:`RemoteError`
-with a one-line message (the server's status and S3 error code, never a credential) and a ``kind`` for metrics.
+we set its request timeout well above its 30 s default (a 64 MiB part over a slow link), short connect and read
+timeouts and a retry window, so an endpoint that is unreachable or accepts connections and never answers fails in
+one request budget (about 22 s), not minutes, and then is skipped for the rest of the process (:mod:`.waits`).
+Every failure becomes one of :class:`RemoteAuthError`, :class:`RemoteBucketError`, :class:`RemoteUnreachable` or
+:class:`RemoteError` with a one-line message (the server's status and S3 error code, never a credential) and a ``kind`` for metrics.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import re
 from collections.abc import Iterator
@@ -17,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm.errors import ConfigError, RemoteAuthError, RemoteBucketError, RemoteError, RemoteUnreachable
-from trtwarm.remote.url import RemoteURL, redact
+from trtwarm.remote import waits
+from trtwarm.remote.url import MAX_BACKOFF, RemoteURL, redact
 
 #: error kinds, the label values of ``trtwarm_remote_errors_total{kind}``
 KINDS = ("auth", "bucket", "unreachable", "server", "integrity", "trust", "conflict")
@@ -52,18 +55,33 @@ _BOILERPLATE = re.compile(r"^(Generic \w+ error: )+|Error performing (?:.*?retry
                           r"|[^\n:]*?: )")
 
 
+#: the slowest upload a part may take before its answer is due (the read timeout runs from the request's start,
+#: body included): a 16 MiB part gets 16 s plus the read timeout
+UPLOAD_FLOOR = 1 << 20
+
+
 class Client:
-    """One bucket and prefix; paths given to its methods are relative to the prefix."""
+    """One bucket and prefix; paths given to its methods are relative to the prefix.
+
+    Every request is bounded (:mod:`trtwarm.remote.url`: connect, read and retry timeouts), watched (named in the log
+    after a few seconds) and refused at once when the store failed earlier in this process
+    (:mod:`trtwarm.remote.waits`): a store that hangs costs one request budget, whatever follows.
+    """
 
     def __init__(self, remote: RemoteURL) -> None:
         self.remote = remote
-        self._store: Any = None
+        self.name = remote.describe()
+        self._stores: dict[float, Any] = {}
         self._bucket_checked = False
 
     @property
     def store(self) -> Any:
         """The ``obstore`` S3Store, built on first use. :raises ConfigError: obstore is not installed."""
-        if self._store is None:
+        return self._store_for(self.remote.read_timeout)
+
+    def _store_for(self, read_timeout: float) -> Any:
+        """The S3Store whose read timeout is *read_timeout* (uploads need a longer one: see :data:`UPLOAD_FLOOR`)."""
+        if read_timeout not in self._stores:
             try:
                 from obstore.store import S3Store
             except ImportError:
@@ -71,27 +89,29 @@ class Client:
                                   hint="pip install 'trtwarm[s3]'") from None
             r = self.remote
             try:
-                self._store = self._make(S3Store)
+                self._stores[read_timeout] = self._make(S3Store, read_timeout)
             except Exception as exc:  # noqa: BLE001 (obstore raises its own configuration errors)
                 raise ConfigError(f"cannot configure the S3 client for {r.describe()}: "
                                   f"{redact(str(exc), r).splitlines()[0]}",
                                   hint="check the AWS_* variables (endpoint URL, region)") from None
-        return self._store
+        return self._stores[read_timeout]
 
-    def _make(self, S3Store: Any) -> Any:  # noqa: N803 (the class, imported lazily)
+    def _make(self, S3Store: Any, read_timeout: float) -> Any:  # noqa: N803 (the class, imported lazily)
         r = self.remote
         config = {k.lower(): v for k, v in r.aws.items() if not k.startswith("AWS_ENDPOINT")}
         if r.endpoint:
             config["aws_endpoint"] = r.endpoint
         config.setdefault("aws_region", r.aws.get("AWS_DEFAULT_REGION", "us-east-1"))
         config.pop("aws_default_region", None)
-        retry = {"max_retries": r.retries, "retry_timeout": datetime.timedelta(seconds=max(r.timeout, 30)),
+        # object_store retries connection errors, timeouts and 5xx; no retry starts after retry_timeout, so a store
+        # that never answers fails in about retry_timeout + read_timeout (RemoteURL.budget)
+        retry = {"max_retries": r.retries, "retry_timeout": datetime.timedelta(seconds=r.retry_timeout),
                  "backoff": {"init_backoff": datetime.timedelta(milliseconds=200),
-                             "max_backoff": datetime.timedelta(seconds=5), "base": 2.0}}
+                             "max_backoff": datetime.timedelta(seconds=MAX_BACKOFF), "base": 2.0}}
         return S3Store(r.bucket, prefix=r.prefix or None, config=config, retry_config=retry,
-                       client_options={"allow_http": r.allow_http, "timeout": f"{r.timeout:.0f}s",
-                                       "connect_timeout": f"{r.connect_timeout:.0f}s",
-                                       "read_timeout": "30s"})  # a stalled connection fails (and is retried)
+                       client_options={"allow_http": r.allow_http, "timeout": f"{r.timeout:.3f}s",
+                                       "connect_timeout": f"{r.connect_timeout:.3f}s",
+                                       "read_timeout": f"{read_timeout:.3f}s"})
 
     def error(self, exc: BaseException, op: str, path: str) -> RemoteError:
         """Classify an obstore exception raised by *op* on *path*."""
@@ -110,21 +130,35 @@ class Client:
                                      "endpoint?", hint="use http:// in AWS_ENDPOINT_URL (with AWS_ALLOW_HTTP=true) "
                                      "for a plain-http server such as an in-cluster MinIO, or check the port")
         if name == "GenericError" and _UNREACHABLE.search(text) and "status code" not in text:
-            return RemoteUnreachable(f"{where}: {self.remote.endpoint or 'the endpoint'} did not answer after "
-                                     f"{self.remote.retries} retries ({_short(text)})")
+            return RemoteUnreachable(f"{where}: {self.remote.endpoint or 'the endpoint'} did not answer (up to "
+                                     f"{self.remote.retries} retries within {self.remote.retry_timeout:.0f} s, "
+                                     f"{self.remote.read_timeout:.0f} s read timeout: {_short(text)})")
         return RemoteError(f"{where}: {_short(text)}")
 
-    def _call(self, op: str, path: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    @contextlib.contextmanager
+    def _request(self, op: str, path: str, passing: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+        """One request's guard: skipped at once when the store is down, named in the log while it waits, its
+        failure classified (but FileNotFoundError and the *passing* exceptions go through as they are); a store that
+        did not answer is marked down for the rest of this process."""
         import obstore  # noqa: F401 (the store property reports it missing)
 
+        waits.check(self.name)
         try:
-            return fn(self.store, path, *args, **kwargs)
-        except FileNotFoundError:
+            with waits.waiting(self.name, f"{op} {path}", self.remote.budget, self.remote.progress):
+                yield
+        except (FileNotFoundError, *passing):
             raise
         except Exception as exc:  # noqa: BLE001 (obstore's errors have no common public base besides Exception)
             if isinstance(exc, (ConfigError, RemoteError)):
                 raise
-            raise self.error(exc, op, path) from None
+            error = self.error(exc, op, path)
+            if isinstance(error, RemoteUnreachable):
+                waits.trip(self.name, _short(redact(str(exc), self.remote)))
+            raise error from None
+
+    def _call(self, op: str, path: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        with self._request(op, path):
+            return fn(self.store, path, *args, **kwargs)
 
     def check_bucket(self) -> None:
         """A missing object and a missing bucket both answer 404 to GET/HEAD: tell them apart once, with a LIST."""
@@ -132,14 +166,8 @@ class Client:
             return
         import obstore
 
-        try:
-            obstore.list(self.store, prefix="refs/", chunk_size=1).__next__()
-        except StopIteration:
-            pass
-        except Exception as exc:  # noqa: BLE001
-            if isinstance(exc, ConfigError):
-                raise
-            raise self.error(exc, "LIST", "refs/") from None
+        with self._request("LIST", "refs/"):
+            next(iter(obstore.list(self.store, prefix="refs/", chunk_size=1)), None)
         self._bucket_checked = True
 
     def head(self, path: str) -> dict[str, Any] | None:
@@ -190,14 +218,11 @@ class Client:
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
         try:
-            obstore.put(self.store, path, data, mode="create")
+            with self._request("PUT", path, (AlreadyExistsError, PreconditionError)):
+                obstore.put(self.store, path, data, mode="create")
             return True
         except (AlreadyExistsError, PreconditionError):
             return False
-        except Exception as exc:  # noqa: BLE001
-            if isinstance(exc, ConfigError):
-                raise
-            raise self.error(exc, "PUT", path) from None
 
     def put_bytes(self, path: str, data: bytes) -> None:
         """Write *path* unconditionally (small objects)."""
@@ -209,20 +234,17 @@ class Client:
         """Upload *file* with parallel multipart (bounded memory: about *concurrency* × *part_size*)."""
         import obstore
 
-        with open(file, "rb") as handle:
-            self._call("PUT", path, obstore.put, handle, chunk_size=part_size, max_concurrency=concurrency)
+        store = self._store_for(self.remote.read_timeout + part_size / UPLOAD_FLOOR)
+        with open(file, "rb") as handle, self._request("PUT", path):
+            obstore.put(store, path, handle, chunk_size=part_size, max_concurrency=concurrency)
 
     def list(self, prefix: str) -> Iterator[dict[str, Any]]:
         """Every object under *prefix* (relative paths), page by page."""
         import obstore
 
-        try:
+        with self._request("LIST", prefix):
             for page in obstore.list(self.store, prefix=prefix):
                 yield from (dict(meta) for meta in page)
-        except Exception as exc:  # noqa: BLE001
-            if isinstance(exc, ConfigError):
-                raise
-            raise self.error(exc, "LIST", prefix) from None
 
     def delete(self, path: str) -> None:
         """Delete *path* (absent is fine)."""

@@ -9,7 +9,8 @@ ranges in order, read back from the page cache the writes just filled through on
 stays at a few MiB whatever the engine's size. A blob whose size, SHA-256 or chunk digest differs from the manifest
 raises :class:`BlobCorrupt` before anything is published; the caller's staging directory is then discarded.
 Transient failures are retried by the client (see :mod:`trtwarm.remote.client`); a range that fails after that
-fails the pull.
+fails the pull at once: no queued range starts after one failed (a hung store costs one request budget, not one
+per window of ranges), and the pull stops waiting for ranges in order as soon as any of them failed.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ import logging
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from trtwarm.errors import RemoteError
 from trtwarm.remote.repo import Repository, blob_path, manifest_files
+from trtwarm.remote.waits import Transfer
 
 log = logging.getLogger("trtwarm.remote")
 CHUNK = 16 << 20
@@ -128,7 +130,8 @@ def range_size(chunk: int, row: dict[str, Any]) -> int:
 
 
 def fetch_blob(repo: Repository, row: dict[str, Any], dest: Path, pool: ThreadPoolExecutor, stats: PullStats,
-               chunk: int = CHUNK, window: int = WINDOW, *, verify: bool = True) -> None:
+               chunk: int = CHUNK, window: int = WINDOW, *, verify: bool = True,
+               progress: Transfer | None = None) -> None:
     """Download the blob of *row* (``sha256``, ``bytes``) into *dest*, verifying it. :raises BlobCorrupt, RemoteError:
 
     Every range is queued on *pool* at once (its *window* workers bound what is in flight); a worker streams its
@@ -140,12 +143,13 @@ def fetch_blob(repo: Repository, row: dict[str, Any], dest: Path, pool: ThreadPo
     range, each a fresh allocation the kernel had to fault in; docs/benchmarks.md).
 
     :param verify: False only for the benchmark that measures what verification costs (bench/bench_remote.py)
+    :param progress: fed the bytes as they land (progress lines while a long pull runs)
     """
     sha = row["sha256"]
     by_chunk = verify and "chunk_sha256" in row
     span = range_size(chunk, row) if by_chunk else chunk
     fd = os.open(dest, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-    fetch = _RangeWriter(repo, row, _check_present(repo, row), fd, span, by_chunk)
+    fetch = _RangeWriter(repo, row, _check_present(repo, row), fd, span, by_chunk, progress)
     starts = range(0, row["bytes"], span)
     futures = [pool.submit(fetch, start) for start in starts]
     try:
@@ -157,6 +161,7 @@ def fetch_blob(repo: Repository, row: dict[str, Any], dest: Path, pool: ThreadPo
     except FileNotFoundError:
         raise BlobCorrupt(f"blob {sha[:16]} vanished from {repo.url} during the pull", sha) from None
     finally:
+        fetch.failed.set()  # a queued range that starts now returns at once (cancel() misses one starting now)
         for future in futures:
             future.cancel()
         for future in futures:  # a running fetch still writes to fd: let it finish before fd is closed
@@ -168,8 +173,11 @@ def fetch_blob(repo: Repository, row: dict[str, Any], dest: Path, pool: ThreadPo
 class _RangeWriter:
     """A worker's job: fetch one range of a blob and land it in the file piece by piece (and, by chunk, hash it)."""
 
-    def __init__(self, repo: Repository, row: dict[str, Any], path: str, fd: int, span: int, by_chunk: bool) -> None:
+    def __init__(self, repo: Repository, row: dict[str, Any], path: str, fd: int, span: int, by_chunk: bool,
+                 progress: Transfer | None = None) -> None:
         self.repo, self.row, self.path, self.fd, self.span, self.by_chunk = repo, row, path, fd, span, by_chunk
+        self.progress = progress
+        self.failed = threading.Event()  # set when a range failed, or the blob is given up: no range starts then
         # One writer at a time: the filesystem serialises writes to one file anyway (ext4 and XFS take the inode's
         # lock for a buffered write), and waiting on it spins in the kernel; measured (perf) at 13-16 % of the
         # pull's CPU with 4 workers, taken from the hash and the store. Waiting here sleeps instead.
@@ -177,7 +185,17 @@ class _RangeWriter:
         self.landed = 0.0  # when the last piece landed
 
     def __call__(self, start: int) -> tuple[int, float]:
-        """Fetch the range at *start*: ``(its length, seconds spent hashing it)``. :raises BlobCorrupt:"""
+        """Fetch the range at *start*: ``(its length, seconds spent hashing it)``; a range starts only while no
+        other has failed. :raises BlobCorrupt, RemoteError:"""
+        if self.failed.is_set():
+            raise _NotStarted("not started: another range of this blob failed")
+        try:
+            return self._fetch(start)
+        except BaseException:
+            self.failed.set()
+            raise
+
+    def _fetch(self, start: int) -> tuple[int, float]:
         row, size = self.row, self.row["bytes"]
         length, pos = min(self.span, size - start), start
         chunks = _Chunks(self.repo, row, start) if self.by_chunk else None
@@ -187,6 +205,8 @@ class _RangeWriter:
             with self.writing:
                 pos = _write(self.fd, data, pos)  # pwrite releases the GIL
             self.landed = max(self.landed, time.monotonic())
+            if self.progress is not None:
+                self.progress.add(len(data))
             if chunks is not None:
                 chunks.feed(data)
         if pos != start + length:
@@ -212,7 +232,14 @@ def _collect(futures: list[Any], starts: range, fd: int, stats: PullStats, *, wh
     """Wait for the ranges in order (the first failure raises), adding to *stats*; with *whole* (a row without chunk
     digests), hash the file in order as the ranges land. :return: the file's SHA-256 with *whole*, else None"""
     digest, buffer = hashlib.sha256(), bytearray(PIECE if whole else 0)
+    pending: set[Future[Any]] = set(futures)
     for future, start in zip(futures, starts):
+        while not future.done():  # any range's failure ends the pull now, not when its turn in order comes
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            if any(f.exception() is not None for f in done):
+                _raise_first_failure(futures)
+        if future.exception() is not None:
+            _raise_first_failure(futures)
         length, seconds = future.result()
         stats.hash_seconds += seconds
         if whole:
@@ -221,6 +248,21 @@ def _collect(futures: list[Any], starts: range, fd: int, stats: PullStats, *, wh
             stats.hash_seconds += time.monotonic() - started
         stats.bytes += length
     return digest.hexdigest() if whole else None
+
+
+class _NotStarted(RemoteError):
+    """A range that did not start because another range of its blob had failed: never the failure reported."""
+
+
+def _raise_first_failure(futures: list[Any]) -> None:
+    """Cancel the queued ranges at once, let the running ones end (each is bounded by the request budget, and they
+    write to the file), then raise the first real failure in range order (a corrupt chunk stays a BlobCorrupt)."""
+    for future in futures:
+        future.cancel()
+    wait(futures)
+    errors = [f.exception() for f in futures if not f.cancelled() and f.exception() is not None]
+    real = [e for e in errors if not isinstance(e, _NotStarted)]
+    raise (real or errors)[0]
 
 
 def pull_into(repo: Repository, manifest: dict[str, Any], staging: Path, *, chunk: int = CHUNK,
@@ -235,11 +277,14 @@ def pull_into(repo: Repository, manifest: dict[str, Any], staging: Path, *, chun
         rows = manifest_files(manifest)
     except ValueError as exc:
         raise RemoteError(f"the ref's manifest is unusable: {exc}") from None
-    with ThreadPoolExecutor(max_workers=window, thread_name_prefix="trtwarm-pull") as pool:
+    client, total = repo.client, sum(row["bytes"] for row in rows)
+    with ThreadPoolExecutor(max_workers=window, thread_name_prefix="trtwarm-pull") as pool, \
+            Transfer(getattr(client, "name", repo.url), f"pulling {manifest.get('name', 'the entry')} from", total,
+                     getattr(client.remote, "progress", 10.0)) as progress:
         for row in rows:
             dest = staging / row["path"]
             dest.parent.mkdir(parents=True, exist_ok=True)
-            fetch_blob(repo, row, dest, pool, stats, chunk, window, verify=verify)
+            fetch_blob(repo, row, dest, pool, stats, chunk, window, verify=verify, progress=progress)
             stats.files += 1
     stats.seconds = time.monotonic() - start
     return stats

@@ -17,6 +17,7 @@ from typing import Any
 
 from trtwarm.errors import RemoteError
 from trtwarm.remote.repo import Repository, blob_path, make_ref, manifest_files
+from trtwarm.remote.waits import Transfer
 from trtwarm.volume.store import SIGNATURE
 
 log = logging.getLogger("trtwarm.remote")
@@ -59,13 +60,17 @@ def push_entry(repo: Repository, entry: Path, manifest: dict[str, Any], signatur
         raise RemoteError(f"{entry.name}: {exc}") from None
     uploaded = sent = 0
     skipped = []
-    for row in rows:
-        if row["sha256"] not in repair and repo.has_blob(row["sha256"], row["bytes"]):
-            skipped.append(row["path"])
-            continue
-        repo.client.put_file(blob_path(row["sha256"]), entry / row["path"], part_size, concurrency)
-        uploaded += 1
-        sent += row["bytes"]
+    client = repo.client
+    with Transfer(getattr(client, "name", repo.url), f"pushing {manifest.get('name', entry.name)} to",
+                  sum(row["bytes"] for row in rows), getattr(client.remote, "progress", 10.0)) as progress:
+        for row in rows:
+            if row["sha256"] not in repair and repo.has_blob(row["sha256"], row["bytes"]):
+                skipped.append(row["path"])
+            else:
+                client.put_file(blob_path(row["sha256"]), entry / row["path"], part_size, concurrency)
+                uploaded += 1
+                sent += row["bytes"]
+            progress.add(row["bytes"])
     won, ref = repo.create_ref(str(manifest["key"]), make_ref(manifest, signature))
     return PushResult(won, ref, uploaded, sent, time.monotonic() - start, skipped)
 

@@ -16,6 +16,7 @@ Everything the sidecar exports (bytes and seconds pulled and pushed, errors by k
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -57,8 +58,10 @@ class RemoteSync:
     @classmethod
     def for_init(cls, settings: Any, store: EngineStore, emit: Emit | None) -> RemoteSync:
         """The init's: ``--remote`` parsed from *settings* (a :class:`trtwarm.config.Settings`); a pull-only init
-        (``--read-only``) never pushes and has no fallback. :raises ConfigError: a bad URL or AWS setting"""
-        remote = parse_remote(settings.remote, settings.environ, insecure=settings.insecure_registry)
+        (``--read-only``) never pushes and has no fallback; its requests are bounded by ``--lock-timeout`` too (the
+        longest it may wait for an engine). :raises ConfigError: a bad URL or AWS setting"""
+        remote = bounded(parse_remote(settings.remote, settings.environ, insecure=settings.insecure_registry),
+                         settings)
         return cls(remote, store, emit=emit, strict=settings.read_only,
                    push="off" if settings.read_only else settings.remote_push)
 
@@ -227,6 +230,17 @@ class RemoteSync:
                     _who(winner["manifest"].get("built_by")), entry.name)
 
 
+def bounded(remote: Any, settings: Any) -> Any:
+    """*remote* (a backend's frozen URL dataclass) with the init's ``--progress-interval``, and for a pull-only init
+    its retry window and read timeout capped by ``--lock-timeout``; a field the backend lacks is left alone."""
+    names = {f.name for f in dataclasses.fields(remote)}
+    changes: dict[str, float] = {"progress": settings.progress_interval}
+    if settings.read_only:
+        changes.update({name: min(getattr(remote, name), settings.lock_timeout)
+                        for name in ("retry_timeout", "read_timeout") if name in names})
+    return dataclasses.replace(remote, **{k: v for k, v in changes.items() if k in names})
+
+
 def _who(built_by: Any) -> str:
     """``pod P, node N, CI job J`` out of a manifest's ``built_by`` (whatever of it is set)."""
     if not isinstance(built_by, dict):
@@ -242,4 +256,4 @@ def _engine_sha(manifest: dict[str, Any]) -> str | None:
     return manifest.get("engine_sha256")
 
 
-__all__ = ["PUSH_MODES", "RemoteSync", "VerifyRef"]
+__all__ = ["PUSH_MODES", "RemoteSync", "VerifyRef", "bounded"]

@@ -132,6 +132,7 @@ class BuildLock:
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
         self._started = 0.0
+        self._doing: str | None = None
 
     def acquire(self) -> BuildLock:
         """Block until the lock is ours. :raises LockTimeoutError: after ``timeout`` seconds, naming the holder."""
@@ -247,8 +248,17 @@ class BuildLock:
         atomic_write_json(self.layout.owner_path(self.lock_id), {
             "pod": ident.pod, "namespace": ident.namespace, "node": ident.node, "hostname": ident.hostname,
             "pid": os.getpid(), "started": self._started, "heartbeat": time.time(), "mode": self.mode,
-            "label": self.label,
+            "label": self.label, "doing": self._doing,
         }, 0o664)
+
+    def doing(self, what: str | None) -> None:
+        """Say in the owner record what the holder does now (e.g. ``pulling from s3://...``; None: building), so
+        waiters report it; advisory, like the record itself."""
+        self._doing = what
+        try:
+            self._write_owner()
+        except OSError as exc:
+            log.debug("owner record not updated: %s", exc)
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(HEARTBEAT_SECONDS):
