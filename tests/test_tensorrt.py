@@ -27,7 +27,8 @@ from trtwarm.builders.tensorrt.compat import (
 )
 from trtwarm.builders.tensorrt.precision import PRECISIONS, calibrator_for, check_model, quantization
 from trtwarm.builders.tensorrt.timing_cache import TimingCacheFile
-from trtwarm.config import Identity, Settings, parse_shape
+from trtwarm.config import Identity, Settings
+from trtwarm.model import parse_shape
 from trtwarm.errors import ConfigError
 from trtwarm.volume.layout import Layout
 

@@ -27,7 +27,8 @@ from trtwarm.builders.tensorrt import runtime
 from trtwarm.builders.tensorrt.compat import config_plan
 from trtwarm.builders.tensorrt.network import BuildJob, build_plan
 from trtwarm.builders.tensorrt.progress import ProgressLog
-from trtwarm.config import Settings, parse_shape
+from trtwarm.config import Settings
+from trtwarm.model import parse_shape
 from trtwarm.cli.demo import make_model
 from trtwarm.errors import BuildError, ConfigError
 from trtwarm.model import inspect_uncached

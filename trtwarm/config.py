@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trtwarm.errors import ConfigError
+from trtwarm.model import ShapeSpec, shape_set
 
 DEFAULT_CACHE_DIR = Path("/models/cache")
 DEFAULT_HANDOFF_DIR = Path("/trtwarm")
@@ -66,72 +67,6 @@ def parse_bool(text: str, name: str) -> bool:
     if value in FALSE_VALUES:
         return False
     raise ConfigError(f"invalid boolean {text!r} for {name}", hint="use 1/0, true/false, yes/no or on/off")
-
-
-@dataclass(frozen=True)
-class ShapeSpec:
-    """One input's optimization-profile shapes, each a tuple of dims."""
-
-    name: str
-    min: tuple[int, ...]
-    opt: tuple[int, ...]
-    max: tuple[int, ...]
-
-    def as_key(self) -> dict[str, list[int]]:
-        """Return the key-document form: ``{"min": [...], "opt": [...], "max": [...]}``."""
-        return {"min": list(self.min), "opt": list(self.opt), "max": list(self.max)}
-
-
-#: the largest dimension accepted: TensorRT and ONNX Runtime index tensors with signed 32-bit sizes per dimension
-MAX_DIM = 2**31 - 1
-
-
-def _dims(text: str, spec: str) -> tuple[int, ...]:
-    if not re.fullmatch(r"\d+(x\d+)*", text):
-        raise ConfigError(f"malformed shape {spec!r}: {text!r} is not dims like 1x3x224x224",
-                          hint="use --shape NAME=MIN:OPT:MAX, each like 1x3x224x224 (or NAME=DIMS for a fixed shape)")
-    dims = tuple(int(d) for d in text.split("x"))
-    if 0 in dims:
-        raise ConfigError(f"shape {spec!r}: a dimension is 0; an engine for empty tensors is of no use",
-                          hint="every dimension must be at least 1, e.g. a batch range 1:8:32")
-    if max(dims) > MAX_DIM:
-        raise ConfigError(f"shape {spec!r}: dimension {max(dims)} is larger than {MAX_DIM}",
-                          hint="a typo? each dimension must fit in 32 bits")
-    return dims
-
-
-def parse_shape(spec: str) -> ShapeSpec:
-    """Parse ``NAME=MIN:OPT:MAX`` (or ``NAME=DIMS`` for min = opt = max) and check min <= opt <= max."""
-    name, sep, dims = spec.rpartition("=")
-    if not sep or not name:
-        raise ConfigError(f"malformed shape {spec!r}", hint="use --shape NAME=MIN:OPT:MAX, e.g. input=1x3x224x224:"
-                          "8x3x224x224:32x3x224x224")
-    parts = dims.split(":")
-    if len(parts) not in (1, 3):
-        raise ConfigError(f"malformed shape {spec!r}: expected 1 or 3 shapes separated by ':'")
-    low, opt, high = (_dims(parts[0], spec),) * 3 if len(parts) == 1 else (_dims(p, spec) for p in parts)
-    if not len(low) == len(opt) == len(high):
-        raise ConfigError(f"shape {spec!r}: min, opt and max have different ranks")
-    if any(a > b for a, b in zip(low, opt)) or any(a > b for a, b in zip(opt, high)):
-        raise ConfigError(f"shape {spec!r}: needs min <= opt <= max in every dimension")
-    return ShapeSpec(name, low, opt, high)
-
-
-def _shape_set(specs: list[str], flag: str) -> tuple[ShapeSpec, ...]:
-    """Parse the shapes of one profile; an input may appear once."""
-    if flag == "--shape" and any(";" in s for s in specs):
-        raise ConfigError(f"--shape takes one input; {next(s for s in specs if ';' in s)!r} holds several "
-                          "separated by ';'", hint="repeat --shape for several inputs (--shape a=... --shape b=...); "
-                          "for several optimization profiles of one input, use --profile 'NAME=MIN:OPT:MAX' once per "
-                          "profile (TensorRT)")
-    shapes = tuple(parse_shape(s.strip()) for s in specs)
-    names = [s.name for s in shapes]
-    if len(set(names)) != len(names):
-        twice = sorted({n for n in names if names.count(n) > 1})
-        raise ConfigError(f"{flag} names input {', '.join(map(repr, twice))} more than once",
-                          hint="give each input once per profile; for a range, use NAME=MIN:OPT:MAX; for several "
-                          "profiles (TensorRT), repeat --profile")
-    return shapes
 
 
 def parse_key_extra(pair: str) -> tuple[str, str]:
@@ -221,22 +156,8 @@ class Settings:
     @classmethod
     def from_namespace(cls, ns: argparse.Namespace, environ: Mapping[str, str]) -> Settings:
         """Validate parsed flags (already defaulted from the environment) into Settings."""
-        if not ns.model:
-            raise ConfigError("no model given", hint="pass --model PATH (or set TRTWARM_MODEL)")
-        shapes = _shape_set(ns.shape, "--shape")
-        profiles = tuple(_shape_set([p for p in spec.split(";") if p.strip()], "--profile")
-                         for spec in getattr(ns, "profile", []))
-        if profiles and shapes:
-            raise ConfigError("--shape and --profile do not mix", hint="with several optimization profiles, give "
-                              "every one as --profile 'NAME=MIN:OPT:MAX;NAME=...' (the first is the default profile)")
+        shapes, profiles = _checked(ns)
         triton_repo, triton_model = getattr(ns, "triton_repo", None), getattr(ns, "triton_model", None)
-        if bool(triton_repo) != bool(triton_model) or (triton_model and not re.fullmatch(r"[A-Za-z0-9_.-]+",
-                                                                                         triton_model)):
-            raise ConfigError("--triton-repo and --triton-model go together; the model name is a directory name",
-                              hint="e.g. --triton-repo /trtwarm/triton --triton-model resnet50")
-        if ns.opt_level is not None and not 0 <= ns.opt_level <= 5:
-            raise ConfigError(f"--opt-level {ns.opt_level} is out of range",
-                              hint="use 0 to 5 (TensorRT's default is 3)")
         return cls(
             model=Path(ns.model).absolute(), cache_dir=Path(ns.cache_dir).absolute(), builder=ns.builder,
             precision=ns.precision, shapes=shapes, profiles=profiles,
@@ -267,6 +188,26 @@ class Settings:
             identity=Identity.from_env(environ), environ=dict(environ),
             start_args=tuple(getattr(ns, "start_args", ())),
         )
+
+
+def _checked(ns: argparse.Namespace) -> tuple[tuple[ShapeSpec, ...], tuple[tuple[ShapeSpec, ...], ...]]:
+    """The checks of flags that only make sense together; ``(shapes, profiles)``. :raises ConfigError:"""
+    if not ns.model:
+        raise ConfigError("no model given", hint="pass --model PATH (or set TRTWARM_MODEL)")
+    shapes = shape_set(ns.shape, "--shape")
+    profiles = tuple(shape_set([p for p in spec.split(";") if p.strip()], "--profile")
+                     for spec in getattr(ns, "profile", []))
+    if profiles and shapes:
+        raise ConfigError("--shape and --profile do not mix", hint="with several optimization profiles, give "
+                          "every one as --profile 'NAME=MIN:OPT:MAX;NAME=...' (the first is the default profile)")
+    triton_repo, triton_model = getattr(ns, "triton_repo", None), getattr(ns, "triton_model", None)
+    if bool(triton_repo) != bool(triton_model) or (triton_model and not re.fullmatch(r"[A-Za-z0-9_.-]+",
+                                                                                     triton_model)):
+        raise ConfigError("--triton-repo and --triton-model go together; the model name is a directory name",
+                          hint="e.g. --triton-repo /trtwarm/triton --triton-model resnet50")
+    if ns.opt_level is not None and not 0 <= ns.opt_level <= 5:
+        raise ConfigError(f"--opt-level {ns.opt_level} is out of range", hint="use 0 to 5 (TensorRT's default is 3)")
+    return shapes, profiles
 
 
 def _path_or_none(value: str | None) -> Path | None:
@@ -319,12 +260,10 @@ __all__ = [
     "DEFAULT_HANDOFF_DIR",
     "Identity",
     "Settings",
-    "ShapeSpec",
     "env_defaults",
     "env_name",
     "parse_bool",
     "parse_duration",
     "parse_key_extra",
-    "parse_shape",
     "parse_size",
 ]

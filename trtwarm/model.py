@@ -1,4 +1,5 @@
-"""Model inspection: what the ONNX file is, which files it consists of, and their digests.
+"""The model: what the ONNX file is, which files it consists of, their digests, and the input shapes asked of it
+(``--shape``/``--profile``: :func:`parse_shape`, :class:`ShapeSpec`).
 
 :func:`inspect_model` reads the ONNX file without its weights (:mod:`trtwarm.onnxwire`, not ``onnx``), lists its real
 inputs and every external-data file it references, checks those exist and are large enough, and hashes all of
@@ -8,14 +9,80 @@ them. The facts are memoised in the stat cache (:mod:`trtwarm.volume.statcache`)
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from trtwarm.config import ShapeSpec
 from trtwarm.errors import ConfigError, ModelError
 from trtwarm.fs.ops import sha256_file
 from trtwarm.onnxwire import Model, WireError, read_model
+
+
+@dataclass(frozen=True)
+class ShapeSpec:
+    """One input's optimization-profile shapes, each a tuple of dims."""
+
+    name: str
+    min: tuple[int, ...]
+    opt: tuple[int, ...]
+    max: tuple[int, ...]
+
+    def as_key(self) -> dict[str, list[int]]:
+        """Return the key-document form: ``{"min": [...], "opt": [...], "max": [...]}``."""
+        return {"min": list(self.min), "opt": list(self.opt), "max": list(self.max)}
+
+
+#: the largest dimension accepted: TensorRT and ONNX Runtime index tensors with signed 32-bit sizes per dimension
+MAX_DIM = 2**31 - 1
+
+
+def _dims(text: str, spec: str) -> tuple[int, ...]:
+    if not re.fullmatch(r"\d+(x\d+)*", text):
+        raise ConfigError(f"malformed shape {spec!r}: {text!r} is not dims like 1x3x224x224",
+                          hint="use --shape NAME=MIN:OPT:MAX, each like 1x3x224x224 (or NAME=DIMS for a fixed shape)")
+    dims = tuple(int(d) for d in text.split("x"))
+    if 0 in dims:
+        raise ConfigError(f"shape {spec!r}: a dimension is 0; an engine for empty tensors is of no use",
+                          hint="every dimension must be at least 1, e.g. a batch range 1:8:32")
+    if max(dims) > MAX_DIM:
+        raise ConfigError(f"shape {spec!r}: dimension {max(dims)} is larger than {MAX_DIM}",
+                          hint="a typo? each dimension must fit in 32 bits")
+    return dims
+
+
+def parse_shape(spec: str) -> ShapeSpec:
+    """Parse ``NAME=MIN:OPT:MAX`` (or ``NAME=DIMS`` for min = opt = max) and check min <= opt <= max."""
+    name, sep, dims = spec.rpartition("=")
+    if not sep or not name:
+        raise ConfigError(f"malformed shape {spec!r}", hint="use --shape NAME=MIN:OPT:MAX, e.g. input=1x3x224x224:"
+                          "8x3x224x224:32x3x224x224")
+    parts = dims.split(":")
+    if len(parts) not in (1, 3):
+        raise ConfigError(f"malformed shape {spec!r}: expected 1 or 3 shapes separated by ':'")
+    low, opt, high = (_dims(parts[0], spec),) * 3 if len(parts) == 1 else (_dims(p, spec) for p in parts)
+    if not len(low) == len(opt) == len(high):
+        raise ConfigError(f"shape {spec!r}: min, opt and max have different ranks")
+    if any(a > b for a, b in zip(low, opt)) or any(a > b for a, b in zip(opt, high)):
+        raise ConfigError(f"shape {spec!r}: needs min <= opt <= max in every dimension")
+    return ShapeSpec(name, low, opt, high)
+
+
+def shape_set(specs: list[str], flag: str) -> tuple[ShapeSpec, ...]:
+    """Parse the shapes of one profile; an input may appear once."""
+    if flag == "--shape" and any(";" in s for s in specs):
+        raise ConfigError(f"--shape takes one input; {next(s for s in specs if ';' in s)!r} holds several "
+                          "separated by ';'", hint="repeat --shape for several inputs (--shape a=... --shape b=...); "
+                          "for several optimization profiles of one input, use --profile 'NAME=MIN:OPT:MAX' once per "
+                          "profile (TensorRT)")
+    shapes = tuple(parse_shape(s.strip()) for s in specs)
+    names = [s.name for s in shapes]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise ConfigError(f"{flag} names input {', '.join(map(repr, twice))} more than once",
+                          hint="give each input once per profile; for a range, use NAME=MIN:OPT:MAX; for several "
+                          "profiles (TensorRT), repeat --profile")
+    return shapes
 
 
 @dataclass(frozen=True)
@@ -165,5 +232,5 @@ def _fmt(dims: tuple[int | None, ...]) -> str:
     return "x".join("?" if d is None else str(d) for d in dims)
 
 
-__all__ = ["InputInfo", "ModelFacts", "ModelFile", "check_model_path", "inspect_uncached", "unshaped_dynamic_inputs",
-           "validate_shapes"]
+__all__ = ["MAX_DIM", "InputInfo", "ModelFacts", "ModelFile", "ShapeSpec", "check_model_path", "inspect_uncached",
+           "parse_shape", "shape_set", "unshaped_dynamic_inputs", "validate_shapes"]

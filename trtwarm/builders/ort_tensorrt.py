@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trtwarm.config import ShapeSpec
+from trtwarm.model import ShapeSpec
 from trtwarm.errors import BuildError, ConfigError
 from trtwarm.model import InputInfo
 

@@ -39,23 +39,7 @@ def add_parsers(sub: Any) -> None:
         p.add_argument("--log-format", default="text", choices=["text", "json"])
         add_remote_wait_flags(p)
         p.set_defaults(func=func)
-        if name in ("show", "rm"):
-            p.add_argument("keys", nargs="+", metavar="KEY", help="a key, a prefix of 8+ hex digits, or a NAME "
-                           "as `remote ls` shows it")
-        if name in ("rm", "gc"):
-            p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
-            p.add_argument("--yes", action="store_true", help="do it")
-        if name == "gc":
-            p.add_argument("--max-age", help="remove refs created longer ago, e.g. 90d")
-            p.add_argument("--keep-per-model", type=int, help="keep the newest N refs of each model and "
-                           "configuration (precision, GPU, shapes: an fp16 engine never displaces the int8 one)")
-            p.add_argument("--blob-grace", default="1d", help="unreferenced blobs younger than this stay (%(default)s)")
-        if name == "coverage":
-            p.add_argument("--matrix", required=True, help="the prebuild matrix (JSON)")
-            p.add_argument("--gpus", required=True, help="comma-separated GPU products, e.g. 'NVIDIA H100 80GB HBM3', "
-                           "each optionally @PLATFORM (sm9.0@linux-aarch64); without, one column per platform of "
-                           "the matrix's \"platforms\" (default: this host's)")
-            p.add_argument("--tensorrt", help="the servers' TensorRT, e.g. 10.16.1.11+cu12 (tensorrt rows)")
+        _own_flags(p, name)
     pre = sub.add_parser("prebuild", help="CI: build on this GPU what the remote lacks, and push it")
     pre.add_argument("--matrix", required=True, help="models × precisions × options (JSON; see docs/remote.md)")
     pre.add_argument("--remote", help="s3://BUCKET/PREFIX or oci://REGISTRY/REPOSITORY")
@@ -95,6 +79,27 @@ def _row(key: str, ref: dict[str, Any]) -> list[str]:
             human_bytes(sum(r["bytes"] for r in manifest_files(m))), utc(m.get("created")),
             str(built.get("ci_job") or built.get("pod") or built.get("hostname") or "-"),
             "yes" if ref.get("signature") else "no"]
+
+
+def _own_flags(p: argparse.ArgumentParser, name: str) -> None:
+    """The flags of one ``remote`` subcommand beyond those they share."""
+    if name in ("show", "rm"):
+        p.add_argument("keys", nargs="+", metavar="KEY", help="a key, a prefix of 8+ hex digits, or a NAME "
+                       "as `remote ls` shows it")
+    if name in ("rm", "gc"):
+        p.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+        p.add_argument("--yes", action="store_true", help="do it")
+    if name == "gc":
+        p.add_argument("--max-age", help="remove refs created longer ago, e.g. 90d")
+        p.add_argument("--keep-per-model", type=int, help="keep the newest N refs of each model and "
+                       "configuration (precision, GPU, shapes: an fp16 engine never displaces the int8 one)")
+        p.add_argument("--blob-grace", default="1d", help="unreferenced blobs younger than this stay (%(default)s)")
+    if name == "coverage":
+        p.add_argument("--matrix", required=True, help="the prebuild matrix (JSON)")
+        p.add_argument("--gpus", required=True, help="comma-separated GPU products, e.g. 'NVIDIA H100 80GB HBM3', "
+                       "each optionally @PLATFORM (sm9.0@linux-aarch64); without, one column per platform of "
+                       "the matrix's \"platforms\" (default: this host's)")
+        p.add_argument("--tensorrt", help="the servers' TensorRT, e.g. 10.16.1.11+cu12 (tensorrt rows)")
 
 
 def cmd_ls(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:

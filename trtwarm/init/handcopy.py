@@ -96,6 +96,11 @@ def prune_copies(handoff_dir: Path, keep: Path | None) -> None:
     prune(str(handoff_dir / COPIES), str(keep) if keep is not None else None)
 
 
+def mode_of(settings: Any, gate: Any) -> str:
+    """``--handoff``, else ``copy`` under an enforced trust policy (*gate*'s effective mode) and ``link`` otherwise."""
+    return settings.handoff or ("copy" if gate.mode == "enforce" else "link")
+
+
 def hand_over_files(handoff_dir: Path, mode: str, key: str, entry: Path, files: list[dict[str, Any]],
                     report: WarmReport, made: CopyingDigest | None = None) -> Path | None:
     """Decide what *report* hands over: the entry's files on the volume (``link``) or this Pod's verified copy of
@@ -120,4 +125,4 @@ def hand_over_files(handoff_dir: Path, mode: str, key: str, entry: Path, files: 
     return target
 
 
-__all__ = ["COPIES", "CopyChanged", "CopyingDigest", "copy_entry", "hand_over_files", "prune_copies"]
+__all__ = ["COPIES", "CopyChanged", "CopyingDigest", "copy_entry", "hand_over_files", "mode_of", "prune_copies"]

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trtwarm.init import handcopy, handoff, hitrecord, seed
+from trtwarm.init import finish, handcopy, handoff, hitrecord, seed
 from trtwarm.config import Settings
 from trtwarm.errors import BuildError, HandoffOnVolume, LockTimeoutError, VolumeError
 from trtwarm.node.events import EventRecorder
@@ -234,38 +234,12 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
     if remote is not None:
         remote.verify_ref = plan.gate.check_ref  # the trust policy, on a ref before its download
     log.info("key %s for %s", plan.key[:16], plan.name)
-    mode = settings.handoff or ("copy" if plan.gate.mode == "enforce" else "link")
-    if mode == "copy" and plan.stamps is None:  # the verification's one read also makes the copy
-        plan.copier = handcopy.CopyingDigest(settings.handoff_dir, plan.key)
+    if handcopy.mode_of(settings, plan.gate) == "copy" and plan.stamps is None:
+        plan.copier = handcopy.CopyingDigest(settings.handoff_dir, plan.key)  # the verification's read copies too
     _take_lease(plan)
     with hitrecord.warnings_said() as warned:  # a hit that warned is not repeated (it would warn again unseen)
         entry, result = _obtain(plan)
-    if plan.stamps is not None and result != "built":
-        log.info("verified %s: %s", plan.label, plan.stamps.summary())
-    repeatable = (result == "hit" and not warned and not plan.seeded and entry.name == plan.name
-                  and hitrecord.repeatable(plan))
-    if entry.name != plan.name:  # found by its key under another --name: report the entry that is on the volume
-        log.info("%s is on the volume as %s (built with another --name)", plan.label, entry.name)
-        plan.name = entry.name
-    plan.store.touch_use(plan.key)
-    plan.seconds["total"] = time.monotonic() - start
-    _emit_outcome(plan, result)
-    report = _report(plan, entry, result)
-    if plan.seeded and settings.handoff is None:
-        mode = "link"  # a read-only tier (an image volume, pinned by digest) cannot be rewritten after the check
-    copy = handcopy.hand_over_files(settings.handoff_dir, mode, plan.key, entry.path, entry.files, report,
-                                    plan.copier)
-    _hand_off(settings, report, entry, plan.builder.name)
-    handcopy.prune_copies(settings.handoff_dir, copy)  # earlier copies, and copies of entries that failed a check
-    if repeatable:
-        hitrecord.remember(plan, entry, report, said)
-    if result == "built" and plan.remote is not None and settings.remote_push == "best-effort":
-        pushing = time.monotonic()
-        plan.remote.push(entry)  # after the hand-off, which is durable first; see docs/decisions.md
-        report.seconds["push"] = time.monotonic() - pushing  # bounded: one request budget for a hung store
-        report.seconds["total"] = time.monotonic() - start
-        _hand_off(settings, report, entry, plan.builder.name)  # again, with the push's bytes and seconds
-    return report
+    return finish.hand_over(plan, entry, result, start, said=said, warned=bool(warned))
 
 
 def _prepare(settings: Settings) -> Gate:
@@ -284,41 +258,6 @@ def _prepare(settings: Settings) -> Gate:
         with contextlib.suppress(VolumeError):  # surfaces again, with its reason, if a build turns out to be needed
             Layout(settings.cache_dir).ensure()
     return gate
-
-
-def _emit_outcome(plan: Plan, result: str) -> None:
-    if result == "built":
-        plan.emit("EngineBuilt", f"built {plan.name} in {plan.seconds.get('build', 0.0):.1f} s")
-    elif result == "hit":
-        plan.emit("EngineCacheHit", f"verified cached engine {plan.name} in {plan.seconds['total']:.2f} s")
-    elif result == "pulled":
-        plan.emit("EnginePulled", f"pulled {plan.name} from {plan.remote.repo.url} in {plan.seconds['total']:.2f} s")
-
-
-def _report(plan: Plan, entry: Entry, result: str) -> WarmReport:
-    s = plan.settings
-    return WarmReport(key=plan.key, name=plan.name, path=str(entry.engine), result=result,
-                      seconds={k: plan.seconds.get(k, 0.0) for k in ("key", "wait", "build", "verify", "total")},
-                      device=plan.doc["device"], builder=plan.doc["builder"], model_sha256=plan.facts.onnx.sha256,
-                      precision=str(plan.doc["build"].get("precision", "")), verify=s.verify,
-                      engine_bytes=int(entry.manifest["engine_bytes"]), lock_mode=s.lock_mode,
-                      files={str(entry.path / f["path"]): f["bytes"] for f in entry.files},
-                      extra=plan.builder.report() if result == "built" else {},
-                      remote=plan.remote.stats if plan.remote is not None else {})
-
-
-def _hand_off(settings: Settings, report: WarmReport, entry: Entry, builder: str) -> None:
-    try:
-        handoff.write(settings.handoff_dir, report)
-    except OSError as exc:
-        raise VolumeError(f"cannot write the hand-off to {settings.handoff_dir}: {exc.strerror}", hint="mount a "
-                          "writable emptyDir at --handoff-dir, shared with the inference container") from exc
-    if settings.triton_repo and settings.triton_model:
-        try:
-            handoff.triton_repo(settings.triton_repo, settings.triton_model, Path(report.path), builder)
-        except OSError as exc:
-            raise VolumeError(f"cannot lay out the Triton model repository {settings.triton_repo}: {exc.strerror}",
-                              hint="mount a writable emptyDir at --triton-repo, shared with Triton") from exc
 
 
 # --- remote repository hook (trtwarm.remote; issue 12): pull under the key's lock before a build, push after ---

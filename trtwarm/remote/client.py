@@ -6,7 +6,8 @@ we set its request timeout well above its 30 s default (a 64 MiB part over a slo
 timeouts and a retry window, so an endpoint that is unreachable or accepts connections and never answers fails in
 one request budget (about 22 s), not minutes, and then is skipped for the rest of the process (:mod:`.waits`).
 Every failure becomes one of :class:`RemoteAuthError`, :class:`RemoteBucketError`, :class:`RemoteUnreachable` or
-:class:`RemoteError` with a one-line message (the server's status and S3 error code, never a credential) and a ``kind`` for metrics.
+:class:`RemoteError` with a one-line message (the server's status and S3 error code, never a credential) and a
+``kind`` for metrics.
 """
 
 from __future__ import annotations

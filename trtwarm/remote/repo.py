@@ -164,7 +164,8 @@ class Repository:
         self.client.delete(probe)
         ok = first and not second
         if not ok:
-            log.warning("%s ignores If-None-Match on PUT; refs use the read-back fallback (see docs/remote.md)", self.url)
+            log.warning("%s ignores If-None-Match on PUT; refs use the read-back fallback (see docs/remote.md)",
+                        self.url)
         _probe_cache[self.client.remote.describe()] = ok
         return ok
 

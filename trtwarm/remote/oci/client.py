@@ -15,17 +15,17 @@ The path interface the shared pull and push use (``head``, ``stream_range``, ``p
 from __future__ import annotations
 
 import json
-import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
-from urllib.parse import urlencode, urljoin
+from urllib.parse import urljoin
 
 from trtwarm.errors import ConfigError, RemoteAuthError, RemoteError, RemoteUnreachable
-from trtwarm.remote.oci.auth import Credentials, load_credentials, parse_challenge, token_from
-from trtwarm.remote.oci.failures import AUTH_HINT, failure, registry_error, unreachable
-from trtwarm.remote.oci.url import OciURL, is_loopback
+from trtwarm.remote.oci.auth import Credentials, load_credentials, parse_challenge
+from trtwarm.remote.oci.failures import AUTH_HINT, failure, unreachable
+from trtwarm.remote.oci.token import bearer_token
+from trtwarm.remote.oci.url import OciURL
 
 MANIFEST_LIMIT = 4 << 20
 
@@ -122,37 +122,11 @@ class OciClient:
                                       f"for {self.remote.registry}", hint=AUTH_HINT)
             value = creds.basic()
         elif scheme == "bearer" and params.get("realm"):
-            value = "Bearer " + self._token(params, push, creds)
+            value = "Bearer " + bearer_token(self.remote, params, push, creds, self._plain)
         else:
             raise RemoteAuthError(f"{method} {url}: unsupported authentication scheme {scheme!r}", hint=AUTH_HINT)
         with self._lock:
             self._tokens[push] = value
-
-    def _token(self, params: dict[str, str], push: bool, creds: Credentials | None) -> str:
-        scope = params.get("scope") or f"repository:{self.remote.repository}:{'pull,push' if push else 'pull'}"
-        query = {"service": params.get("service", ""), "scope": scope}
-        realm = params["realm"]
-        host = re.sub(r"^[a-z]+://", "", realm).split("/", 1)[0]
-        if creds is not None and not realm.startswith("https://") and not (self.remote.allow_http or is_loopback(host)):
-            raise RemoteAuthError(f"the registry {self.remote.registry} sends its token requests to {realm[:80]}, "
-                                  "which is not https: the credentials are not sent in clear", hint="fix the "
-                                  "registry's token realm, or pass --insecure-registry if this network is trusted")
-        if creds is not None and creds.identity_token:
-            form = urlencode({**query, "grant_type": "refresh_token", "refresh_token": creds.identity_token,
-                              "client_id": "trtwarm"}).encode()
-            response = self._plain("POST", realm, form, {"Content-Type": "application/x-www-form-urlencoded"})
-        else:
-            headers = {"Authorization": creds.basic()} if creds is not None and creds.username else {}
-            response = self._plain("GET", f"{realm}?{urlencode(query)}", None, headers)
-        if response.status in (401, 403):
-            raise RemoteAuthError(f"the token service {realm} refused the credentials for {self.remote.registry} "
-                                  f"(status {response.status}: {registry_error(response.data)})", hint=AUTH_HINT)
-        try:
-            if response.status != 200:
-                raise ValueError(f"status {response.status}")
-            return token_from(json.loads(response.data))
-        except ValueError as exc:
-            raise RemoteError(f"the token service {realm} gave no usable token ({exc})") from None
 
     def _plain(self, method: str, url: str, body: bytes | None, headers: dict[str, str]) -> Any:
         import urllib3
