@@ -521,7 +521,8 @@ def test_a_store_without_create_only_puts_gets_the_read_back_fallback_first_ref_
     from trtwarm.remote.url import parse
 
     key = "ab" * 32
-    first, second = ({"key": key, "files": [{"path": "engine.plan", "role": "engine", "bytes": 1, "sha256": c * 64}]}
+    first, second = ({"key": key, "engine_file": "engine.plan", "engine_sha256": c * 64, "engine_bytes": 1,
+                      "files": [{"path": "engine.plan", "role": "engine", "bytes": 1, "sha256": c * 64}]}
                      for c in "12")  # two pushers' engines of one key (tactic timing differs)
     repository = Repository(Client(parse(url, s3.env())))
     describe = repository.client.remote.describe()
