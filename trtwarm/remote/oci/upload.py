@@ -1,6 +1,9 @@
 """Blob uploads to a registry: monolithic (POST, then one streamed PUT with ``?digest=``: the fastest, memory-free),
 or chunked (PATCHes of ``TRTWARM_REMOTE_CHUNK``, one part in memory at a time) when asked or when the registry or a
-proxy before it answers 413 to the whole blob. Either way the registry checks the digest on the closing PUT."""
+proxy before it answers 413 to the whole blob. Either way the registry checks the digest on the closing PUT.
+
+``client`` is the :class:`trtwarm.remote.oci.client.OciClient` that calls in here (its ``request``, ``fail`` and
+``remote``), not imported: the client imports this module."""
 
 from __future__ import annotations
 
@@ -9,10 +12,9 @@ from typing import Any, BinaryIO
 from urllib.parse import urlencode, urljoin
 
 from trtwarm.errors import RemoteError
-from trtwarm.remote.oci.client import OciClient
 
 
-def _start(client: OciClient) -> str:
+def _start(client: Any) -> str:
     """Open an upload session: its location."""
     response = client.request("POST", f"{client.remote.base}/blobs/uploads/", push=True)
     if response.status != 202 or not response.headers.get("Location"):
@@ -20,12 +22,12 @@ def _start(client: OciClient) -> str:
     return _location(client, response)
 
 
-def _location(client: OciClient, response: Any) -> str:
+def _location(client: Any, response: Any) -> str:
     """The (absolute) upload location an answer names."""
     return urljoin(f"{client.remote.scheme}://{client.remote.registry}/", response.headers["Location"])
 
 
-def upload(client: OciClient, digest: str, body: bytes | BinaryIO, size: int, *, chunked: bool = False) -> None:
+def upload(client: Any, digest: str, body: bytes | BinaryIO, size: int, *, chunked: bool = False) -> None:
     """Upload a blob: monolithically (POST, then one streamed PUT with ``?digest=``), or in PATCHes of
     ``TRTWARM_REMOTE_CHUNK`` when *chunked* or when the registry (or a proxy before it) answers 413 to the whole
     blob; either way the registry checks the digest. :raises RemoteError:"""
@@ -43,7 +45,7 @@ def upload(client: OciClient, digest: str, body: bytes | BinaryIO, size: int, *,
     _patches(client, location, digest, body, size)
 
 
-def _patches(client: OciClient, location: str, digest: str, body: bytes | BinaryIO, size: int) -> None:
+def _patches(client: Any, location: str, digest: str, body: bytes | BinaryIO, size: int) -> None:
     """The chunked upload: PATCHes of at most one part each (bounded memory), then the closing PUT."""
     stream = io.BytesIO(body) if isinstance(body, bytes) else body
     sent = 0
