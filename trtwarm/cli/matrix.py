@@ -30,6 +30,8 @@ from trtwarm.errors import ConfigError, TrtwarmError
 
 def _flags(row: Mapping[str, Any], base: Path) -> list[str]:
     argv: list[str] = []
+    if "\\u0000" in json.dumps(row, default=str):  # JSON's escape of a NUL: no path or flag value holds one
+        raise ConfigError("a matrix row holds a NUL character", hint="remove it: no file name or flag value has one")
     for name, value in row.items():
         flag = "--" + str(name).replace("_", "-")
         if name == "model":

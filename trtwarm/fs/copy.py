@@ -11,9 +11,11 @@ Imports ``hashlib``, ``os`` and ``fcntl`` only: the repeat hit (:mod:`trtwarm.in
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import os
+import stat
 
 #: ``_IOW(0x94, 9, int)``: clone a whole file's extents (Btrfs, XFS with reflink, bcachefs, overlayfs over them)
 FICLONE = 0x40049409
@@ -48,36 +50,61 @@ def copy_files(source: str, files: list[list[str]], target: str) -> dict[str, in
     """Copy each ``[relative path, sha256]`` of the directory *source* into the new directory *target* with
     :func:`copy_hashed`: ``{copy: size}``, or None when one copy does not hash to its digest (*target* removed).
 
-    :raises OSError: a file cannot be read or written (*target* is left for :func:`prune`)
+    :raises OSError: a file cannot be read or written (*target* is left for :func:`prune`), or *target*'s parent is
+        not a real directory (:func:`own_dir`)
     """
-    os.makedirs(target)
+    own_dir(os.path.dirname(target))
+    os.mkdir(target)
     made = {}
     for rel, digest in files:
         dst = os.path.join(target, rel)
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         got, size, _reflink = copy_hashed(os.path.join(source, rel), dst)
         if got != digest:
-            _rmtree(target)
+            prune(os.path.dirname(target), None, only=os.path.basename(target))
             return None
         made[dst] = size
     return made
 
 
-def prune(directory: str, keep: str | None) -> None:
-    """Remove every entry of *directory* but *keep* (earlier copies; best effort)."""
+def own_dir(directory: str) -> str:
+    """*directory* (``<handoff-dir>/copies``), made if missing, and a real directory, never a link: a writer of the
+    hand-off directory (the server's container shares it) must not point the copies, or their removal, elsewhere.
+
+    :raises OSError: ``ENOTDIR`` when a link or a file stands there
+    """
     try:
-        names = os.listdir(directory)
-    except OSError:
-        return
-    for name in names:
-        if os.path.join(directory, name) != keep:
-            _rmtree(os.path.join(directory, name))
+        os.mkdir(directory, 0o755)
+    except FileExistsError:
+        pass
+    if not stat.S_ISDIR(os.lstat(directory).st_mode):
+        raise OSError(errno.ENOTDIR, "not a directory (a symlink or a file): refused, nothing followed", directory)
+    return directory
 
 
-def _rmtree(path: str) -> None:
+def prune(directory: str, keep: str | None, *, only: str | None = None) -> None:
+    """Remove every entry of *directory* but *keep* (earlier copies; best effort), or just the entry named *only*.
+    Never through a link: a *directory* that is a link is left alone, and each entry is removed relative to its
+    descriptor (a link inside is unlinked, never followed)."""
     import shutil
 
-    shutil.rmtree(path, ignore_errors=True)
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        for name in os.listdir(fd) if only is None else [only]:
+            if keep is not None and os.path.join(directory, name) == keep:
+                continue
+            try:
+                if stat.S_ISDIR(os.lstat(name, dir_fd=fd).st_mode):
+                    shutil.rmtree(name, ignore_errors=True, dir_fd=fd)
+                else:
+                    os.unlink(name, dir_fd=fd)
+            except OSError:
+                continue
+    finally:
+        os.close(fd)
 
 
 def _clone(sfd: int, dfd: int) -> bool:

@@ -6,9 +6,11 @@ write a unique temporary file in the same directory, fsync it, rename it over th
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -83,11 +85,14 @@ def read_bounded(path: Path, limit: int) -> bytes:
     """Read at most *limit* bytes of a regular file, refusing symlinks and larger files.
 
     :raises TooLarge: the file holds more than *limit* bytes
-    :raises OSError: the file is missing, a symlink (``ELOOP``) or unreadable
+    :raises OSError: the file is missing, a symlink (``ELOOP``), not a regular file (a FIFO or a device that a
+        writer of the volume put there: ``EINVAL``, never a read that blocks) or unreadable
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # O_NONBLOCK: opening a FIFO never waits
     chunks, size = [], 0
     try:  # plain os.read: a buffered file object costs more than the read itself for small files
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
         while size <= limit and (chunk := os.read(fd, limit + 1 - size)):
             chunks.append(chunk)
             size += len(chunk)

@@ -11,7 +11,7 @@ from typing import Any
 
 from trtwarm.config import Settings
 from trtwarm.errors import VolumeError
-from trtwarm.init import handcopy, handoff, hitrecord
+from trtwarm.init import handcopy, handoff, hitrecord, seed
 from trtwarm.init.handoff import WarmReport
 from trtwarm.init.plan import Plan
 from trtwarm.volume.entry import Entry
@@ -36,8 +36,8 @@ def hand_over(plan: Plan, entry: Entry, result: str, start: float, *, said: Any,
     _emit_outcome(plan, result)
     report = _report(plan, entry, result)
     mode = handcopy.mode_of(settings, plan.gate)
-    if plan.seeded and settings.handoff is None:
-        mode = "link"  # a read-only tier (an image volume, pinned by digest) cannot be rewritten after the check
+    if plan.seeded and settings.handoff is None and seed.read_only_mount(entry.path):
+        mode = "link"  # a read-only mount (an image volume, pinned by digest) cannot be rewritten after the check
     copy = handcopy.hand_over_files(settings.handoff_dir, mode, plan.key, entry.path, entry.files, report,
                                     plan.copier)
     _hand_off(settings, report, plan.builder.name)

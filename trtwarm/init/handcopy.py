@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 from trtwarm.errors import VolumeError
+from trtwarm.fs import safe
 from trtwarm.fs.copy import copy_hashed, prune
 from trtwarm.fs.info import identity
 from trtwarm.fs.ops import sha256_file
@@ -36,6 +36,8 @@ class CopyingDigest:
     read; :func:`hand_over_files` then takes the copies whose digest is the manifest's instead of reading again."""
 
     def __init__(self, handoff_dir: Path, key: str) -> None:
+        copies_dir(handoff_dir)  # a link or a file there is refused now (exit 9), before anything is copied
+        self.handoff_dir = handoff_dir
         self.pending = handoff_dir / COPIES / f"{key[:16]}.{os.urandom(4).hex()}.pending"
         self.copies: dict[str, tuple[Path, str]] = {}
         self._made = 0
@@ -43,7 +45,7 @@ class CopyingDigest:
     def __call__(self, path: Path, expected: str) -> str:
         """The SHA-256 of *path*, copied meanwhile; a hand-off that cannot take the copy falls back to hashing."""
         try:
-            self.pending.mkdir(parents=True, exist_ok=True)
+            safe.makedirs(self.handoff_dir, self.pending, 0o755)
             self._made += 1
             dst = self.pending / str(self._made)
             digest, _size, _reflink = copy_hashed(str(path), str(dst))
@@ -60,7 +62,16 @@ class CopyingDigest:
 
     def discard(self) -> None:
         """Remove the copies not taken."""
-        shutil.rmtree(self.pending, ignore_errors=True)
+        safe.rmtree(self.handoff_dir, self.pending, ignore_errors=True)
+
+
+def copies_dir(handoff_dir: Path) -> Path:
+    """``<handoff-dir>/copies``, made if missing, reached without following a link (the server's container shares
+    the hand-off directory: it must not point the copies, or their pruning, elsewhere). :raises UnsafeVolume:"""
+    path = handoff_dir / COPIES
+    handoff_dir.mkdir(parents=True, exist_ok=True)  # the directory itself is the operator's (--handoff-dir)
+    safe.makedirs(handoff_dir, path, 0o755)
+    return path
 
 
 def copy_entry(handoff_dir: Path, key: str, entry: Path, files: list[dict[str, Any]],
@@ -71,12 +82,12 @@ def copy_entry(handoff_dir: Path, key: str, entry: Path, files: list[dict[str, A
     :raises CopyChanged: a copy's digest differs from the manifest's (the directory is removed)
     :raises OSError: the hand-off directory cannot be written
     """
-    target = handoff_dir / COPIES / f"{key[:16]}.{os.urandom(4).hex()}"
-    target.mkdir(parents=True)
+    target = copies_dir(handoff_dir) / f"{key[:16]}.{os.urandom(4).hex()}"
+    safe.makedirs(handoff_dir, target, 0o755)
     try:
         for item in files:
             src, dst = entry / item["path"], target / item["path"]
-            dst.parent.mkdir(parents=True, exist_ok=True)
+            safe.makedirs(handoff_dir, dst.parent, 0o755)
             if made is not None and (copied := made.take(src, item["sha256"])) is not None:
                 os.rename(copied, dst)  # hashed to the manifest's digest as it was copied, during verification
                 continue
@@ -85,7 +96,7 @@ def copy_entry(handoff_dir: Path, key: str, entry: Path, files: list[dict[str, A
                 raise CopyChanged(f"{item['path']} of {entry.name} changed on the volume after it was verified "
                                   "(its copy does not match the manifest's SHA-256)")
     except BaseException:
-        shutil.rmtree(target, ignore_errors=True)
+        safe.rmtree(handoff_dir, target, ignore_errors=True)
         raise
     return target
 
@@ -125,4 +136,4 @@ def hand_over_files(handoff_dir: Path, mode: str, key: str, entry: Path, files: 
     return target
 
 
-__all__ = ["COPIES", "CopyChanged", "CopyingDigest", "copy_entry", "hand_over_files", "mode_of", "prune_copies"]
+__all__ = ["COPIES", "CopyChanged", "CopyingDigest", "copies_dir", "copy_entry", "hand_over_files", "mode_of", "prune_copies"]

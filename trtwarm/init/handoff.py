@@ -16,6 +16,7 @@ from typing import Any
 
 from trtwarm import __version__
 from trtwarm.errors import VolumeError, volume_error
+from trtwarm.fs import safe
 from trtwarm.fs.ops import atomic_symlink, atomic_write, atomic_write_json, read_json_object
 
 log = logging.getLogger("trtwarm.init.handoff")
@@ -97,12 +98,15 @@ TRITON_PLATFORMS = {"tensorrt": ("tensorrt_plan", "model.plan"), "command": ("te
 def triton_repo(repo: Path, model: str, engine: Path, builder: str) -> Path:
     """Lay out a Triton model repository for *engine*: ``<repo>/<model>/1/<file>`` (a link) and ``config.pbtxt``.
 
+    :raises UnsafeVolume: ``<repo>/<model>`` or its ``1`` is a symlink or a file (nothing followed, exit 9)
+
     The config names the platform and file only; Triton completes inputs, outputs and batching from the model
     (its default auto-complete). Both files are replaced atomically. :return: the model directory
     """
     platform, filename = TRITON_PLATFORMS.get(builder, TRITON_PLATFORMS["tensorrt"])
     version = repo / model / "1"
-    version.mkdir(parents=True, exist_ok=True)
+    repo.mkdir(parents=True, exist_ok=True)
+    safe.makedirs(repo, version, 0o755)  # never through a link: Triton's container shares this directory
     atomic_symlink(engine, version / filename)
     config = f'name: "{model}"\nplatform: "{platform}"\ndefault_model_filename: "{filename}"\n'
     atomic_write(repo / model / "config.pbtxt", config.encode())

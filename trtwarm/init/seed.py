@@ -13,6 +13,7 @@ for it would only delay the failure.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -52,9 +53,18 @@ def lookup(plan: Any) -> Entry | None:
             plan.emit("SeedEngineRejected", f"{plan.name} in the seed cache {tier} was refused: {exc.reason}",
                       "Warning")
             continue
-        log.info("found %s in the seed cache %s: handed over in place (read-only, no copy)", plan.label, tier)
+        log.info("found %s in the seed cache %s", plan.label, tier)
         return entry
     return None
 
 
-__all__ = ["check_tiers", "lookup"]
+def read_only_mount(path: Path) -> bool:
+    """Whether *path* lies on a read-only mount (an image volume, a ``ro`` bind): only then can an entry found there
+    be handed over in place under ``enforce``, since nobody can rewrite it after the check."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+__all__ = ["check_tiers", "lookup", "read_only_mount"]

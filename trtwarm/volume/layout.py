@@ -35,7 +35,7 @@ from pathlib import Path
 from trtwarm import errors
 from trtwarm.errors import VolumeError
 from trtwarm.fs import safe
-from trtwarm.fs.ops import READ_ONLY_ERRNOS, atomic_write
+from trtwarm.fs.ops import READ_ONLY_ERRNOS, TooLarge, atomic_write, read_bounded
 
 log = logging.getLogger("trtwarm.volume")
 LAYOUT_VERSION = 1
@@ -120,9 +120,11 @@ class Layout:
             safe.check_tree(self.root, OWN_DIRS)
         version_file = self.root / "VERSION"
         try:
-            found = version_file.read_text().strip()
+            found = read_bounded(version_file, 64).decode(errors="replace").strip()  # a FIFO there never blocks
         except FileNotFoundError:
             return
+        except TooLarge:
+            found = "(not a version: too large)"
         except OSError as exc:
             raise errors.volume_error(exc, "read", version_file) from exc
         if found != str(LAYOUT_VERSION):
