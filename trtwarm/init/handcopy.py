@@ -136,4 +136,5 @@ def hand_over_files(handoff_dir: Path, mode: str, key: str, entry: Path, files: 
     return target
 
 
-__all__ = ["COPIES", "CopyChanged", "CopyingDigest", "copies_dir", "copy_entry", "hand_over_files", "mode_of", "prune_copies"]
+__all__ = ["COPIES", "CopyChanged", "CopyingDigest", "copies_dir",
+           "copy_entry", "hand_over_files", "mode_of", "prune_copies"]
