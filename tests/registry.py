@@ -9,19 +9,19 @@ makes it exit), so it starts with none. It runs in its own session and is stoppe
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import os
 import re
 import secrets
 import shutil
-import signal
 import subprocess
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from s3server import stop_group
 
 
 def registry_binary() -> str | None:
@@ -92,16 +92,7 @@ class Registry:
             return False
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+        stop_group(self.proc)
 
     def auth_file(self, path: Path, user: tuple[str, str] | None = None) -> Path:
         """A Docker/Podman auth file for this registry (*user*, else its own user)."""

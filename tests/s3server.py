@@ -45,6 +45,20 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
+def stop_group(proc: subprocess.Popen | None) -> None:  # type: ignore[type-arg]
+    """SIGTERM a server's process group, SIGKILL after 10 s; nothing is left running (None or exited: nothing)."""
+    if proc is None or proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
 @dataclass
 class SeaweedServer:
     """One ``weed mini`` in *workdir*; :meth:`start` returns once the S3 port answers."""
@@ -133,16 +147,7 @@ class SeaweedServer:
 
     def stop(self) -> None:
         """SIGTERM the process group, SIGKILL after 10 s; nothing is left running."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+        stop_group(self.proc)
 
     def freeze(self) -> None:
         """SIGSTOP the server: its sockets stay open and accept connections, nothing answers (a hung store)."""
