@@ -205,7 +205,7 @@ def test_gc_keeps_a_planned_blob_that_a_push_uploaded_again_before_its_delete(
     sweep = start_gc(gate, s3, url, "--json")
     try:
         wait_until(gate.held.is_set, 60, "gc's HEAD of the planned blob")
-        pushed = push_entry(repo, entry, manifest, None, refresh_age=1)
+        pushed = push_entry(repo, entry, manifest, None, refresh_age=1, heal_delay=0)
         assert pushed.won and pushed.refreshed == 1 and pushed.skipped == [] and pushed.healed == 0
         gate.release()
         out, err = sweep.communicate(timeout=60)
@@ -231,18 +231,50 @@ def test_a_reused_blob_older_than_the_refresh_age_is_uploaded_again_and_a_young_
     young = push_entry(repo, entry, {**manifest, "key": "0" * 64}, None)  # default refresh age: 1 h
     assert young.skipped == [row["path"]] and young.refreshed == 0 and modified(repo, row) == before
     time.sleep(1.1)
-    old = push_entry(repo, entry, manifest, None, refresh_age=0)
+    old = push_entry(repo, entry, manifest, None, refresh_age=0, heal_delay=0)
     assert old.won and old.refreshed == 1 and old.skipped == [] and old.uploaded == 1
     assert old.bytes == row["bytes"]
     assert modified(repo, row) > before  # its age restarted: a gc that looks now sees it young
     pulls(model, tmp_path, s3.env(), url, "b")
 
 
+def test_a_gc_stalled_between_its_head_and_its_delete_for_less_than_the_heal_delay_loses_to_the_push(
+        s3: SeaweedServer, gates: Any, url: str, model: Path, tmp_path: Path) -> None:
+    """gc HEADs the old orphan and is held before its DELETE; a push refreshes the orphan and writes its ref, and
+    the DELETE lands after the ref but within the push's heal delay: the push's check finds the blob gone and
+    uploads it again."""
+    entry, manifest, row = built(model, tmp_path)
+    repo = repository(s3.env(), url)
+    leave_orphan(repo, entry, row)
+    time.sleep(3.1)
+    gate = gates("POST", "?delete")  # obstore deletes with S3's bulk delete (the blob is its only delete here)
+    sweep = start_gc(gate, s3, url)
+    done: dict[str, Any] = {}
+    pusher = threading.Thread(target=lambda: done.update(result=push_entry(
+        repo, entry, manifest, None, refresh_age=1, heal_delay=6)))
+    try:
+        wait_until(gate.held.is_set, 60, "gc's DELETE of the planned blob")
+        pusher.start()
+        wait_until(lambda: repo.get_ref(str(manifest["key"])) is not None, 60, "the push's ref")
+        gate.release()
+        assert sweep.wait(60) == 0  # its DELETE landed after the ref, within the delay
+        pusher.join(60)
+    finally:
+        gate.release()
+        if sweep.poll() is None:
+            sweep.kill()
+        sweep.communicate()
+    result = done["result"]
+    assert result.won and result.refreshed == 1 and result.healed == 1  # the push found it gone and put it back
+    assert repo.has_blob(row["sha256"], row["bytes"])
+    pulls(model, tmp_path, s3.env(), url, "b")
+
+
 def test_the_window_that_remains_a_gc_stopped_between_its_head_and_its_delete_and_the_next_push_repairs_it(
         s3: SeaweedServer, gates: Any, url: str, model: Path, tmp_path: Path) -> None:
     """What the docs call the residual window: a gc that has HEADed a planned blob and is stopped before its
-    DELETE (here by the gate; in life a paused process) while a whole push reuses, refreshes and checks the blob
-    deletes it after the push's last look. The ref then names a missing blob: a pull refuses it and builds, and
+    DELETE (here by the gate; in life a paused process) longer than a whole push that reuses, refreshes and checks
+    the blob (its heal delay included) deletes it after the push's last look. The ref then names a missing blob: a pull refuses it and builds, and
     that builder's push uploads the blob again."""
     entry, manifest, row = built(model, tmp_path)
     repo = repository(s3.env(), url)
@@ -252,7 +284,7 @@ def test_the_window_that_remains_a_gc_stopped_between_its_head_and_its_delete_an
     sweep = start_gc(gate, s3, url)
     try:
         wait_until(gate.held.is_set, 60, "gc's DELETE of the planned blob")
-        pushed = push_entry(repo, entry, manifest, None, refresh_age=1)
+        pushed = push_entry(repo, entry, manifest, None, refresh_age=1, heal_delay=0)
         assert pushed.won and pushed.refreshed == 1 and pushed.healed == 0
         gate.release()
         sweep.communicate(timeout=60)
@@ -260,6 +292,7 @@ def test_the_window_that_remains_a_gc_stopped_between_its_head_and_its_delete_an
         if sweep.poll() is None:
             sweep.kill()
             sweep.wait()
+    assert sweep.returncode == 0
     assert not repo.has_blob(row["sha256"], row["bytes"])  # the window: the ref names a missing blob
     rebuilt = run_trtwarm(*cmd_init_args(model, tmp_path / "b", tmp_path / "hb", "--remote", url), env=s3.env())
     assert rebuilt.returncode == 0 and rebuilt.summary["result"] == "built", rebuilt.stderr

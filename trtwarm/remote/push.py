@@ -32,6 +32,9 @@ CONCURRENCY = 4
 #: a reused blob last uploaded longer ago than this is uploaded again before the ref (``remote gc`` warns about a
 #: ``--blob-grace`` under twice this: such a gc may delete a reused blob the push did not refresh)
 REFRESH_AGE = 3600.0
+#: after writing a ref that names a refreshed blob, the push waits this long before checking its blobs: a gc that
+#: HEADed the blob before the refresh (and saw it old) has sent its DELETE by then, unless it stalled that long
+HEAL_DELAY = 10.0
 
 
 @dataclass
@@ -62,10 +65,11 @@ def read_signature(entry: Path) -> dict[str, Any] | None:
 
 def push_entry(repo: Repository, entry: Path, manifest: dict[str, Any], signature: dict[str, Any] | None, *,
                repair: Collection[str] = (), part_size: int = PART, concurrency: int = CONCURRENCY,
-               refresh_age: float = REFRESH_AGE) -> PushResult:
+               refresh_age: float = REFRESH_AGE, heal_delay: float = HEAL_DELAY) -> PushResult:
     """Upload the files of the entry at *entry* (its verified *manifest*) and create its ref with *signature* (the
     DSSE envelope, or None when unsigned). A reused blob older than *refresh_age* seconds is uploaded again before
-    the ref; after a won ref, every blob it names is checked and a missing one uploaded again. :raises RemoteError:"""
+    the ref; after a won ref, every blob it names is checked (*heal_delay* seconds later when one was refreshed) and
+    a missing one uploaded again. :raises RemoteError:"""
     start = time.monotonic()
     try:
         rows = manifest_files(manifest)
@@ -78,6 +82,8 @@ def push_entry(repo: Repository, entry: Path, manifest: dict[str, Any], signatur
         reused = push.send(rows, repair, progress)
     refreshed = push.refresh(reused, refresh_age)
     won, ref = repo.create_ref(str(manifest["key"]), make_ref(manifest, signature))
+    if won and refreshed:
+        time.sleep(heal_delay)
     healed = push.heal(rows, str(manifest["key"])) if won else 0
     skipped = [row["path"] for row, _modified in reused if row not in refreshed]
     return PushResult(won, ref, push.uploaded, push.sent, time.monotonic() - start, skipped, len(refreshed), healed)
