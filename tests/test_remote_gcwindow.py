@@ -3,8 +3,8 @@
 S3 has no conditional delete: a gc that found a blob unreferenced may delete it just as a push that found it in the
 store writes a ref naming it. These tests drive both sides into that moment deterministically, with real processes
 and a TCP gate in front of the server that holds one chosen request (the server behind it is the real one):
-the push refreshes an old blob it reuses, heals its ref when a blob vanished before it, and gc re-checks refs and
-each blob's age just before deleting it. The last test shows the window that remains, and its repair.
+the push refreshes an old blob it reuses and heals its ref, and gc re-checks refs and each blob's age just before
+deleting it. The last test shows the window that remains, and its repair.
 """
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ class Gate:
         """Let the held request (and every later one) through."""
         self.opened.set()
 
-    def close(self) -> None:
-        self.opened.set()
+    def close(self) -> None:  # noqa: D102
+        self.release()
         self.listener.close()
 
     def _accept(self) -> None:
@@ -180,7 +180,8 @@ def test_a_blob_deleted_between_the_push_s_head_and_its_ref_is_uploaded_again_af
     assert gate.held.wait(60), "the push never reached its ref"
     sweep = run_trtwarm("remote", "gc", "--remote", url, "--blob-grace", "0s", "--yes", "--json", env=s3.env())
     assert sweep.returncode == 0, sweep.stderr
-    assert json.loads(sweep.stdout)["blobs"] == [{"sha256": row["sha256"], "bytes": row["bytes"]}]
+    doc = json.loads(sweep.stdout)
+    assert doc["blobs"] == [{"sha256": row["sha256"], "bytes": row["bytes"]}] and doc["raced_blobs"] == []
     assert "--blob-grace 0s is under 2 h" in sweep.stderr  # the relation with the push's refresh age is said
     assert not repository(s3.env(), url).has_blob(row["sha256"], row["bytes"])
 
@@ -274,8 +275,8 @@ def test_the_window_that_remains_a_gc_stopped_between_its_head_and_its_delete_an
         s3: SeaweedServer, gates: Any, url: str, model: Path, tmp_path: Path) -> None:
     """What the docs call the residual window: a gc that has HEADed a planned blob and is stopped before its
     DELETE (here by the gate; in life a paused process) longer than a whole push that reuses, refreshes and checks
-    the blob (its heal delay included) deletes it after the push's last look. The ref then names a missing blob: a pull refuses it and builds, and
-    that builder's push uploads the blob again."""
+    the blob (its heal delay included) deletes it after the push's last look. The ref then names a missing blob: a
+    pull refuses it and builds, and that builder's push uploads the blob again."""
     entry, manifest, row = built(model, tmp_path)
     repo = repository(s3.env(), url)
     leave_orphan(repo, entry, row)
@@ -287,13 +288,14 @@ def test_the_window_that_remains_a_gc_stopped_between_its_head_and_its_delete_an
         pushed = push_entry(repo, entry, manifest, None, refresh_age=1, heal_delay=0)
         assert pushed.won and pushed.refreshed == 1 and pushed.healed == 0
         gate.release()
-        sweep.communicate(timeout=60)
+        _out, err = sweep.communicate(timeout=60)
     finally:
         if sweep.poll() is None:
             sweep.kill()
             sweep.wait()
     assert sweep.returncode == 0
-    assert not repo.has_blob(row["sha256"], row["bytes"])  # the window: the ref names a missing blob
+    assert not repo.has_blob(row["sha256"], row["bytes"])  # the window: the ref names a missing blob ...
+    assert f"blob {row['sha256'][:16]} was removed as a push wrote a ref that names it" in err  # ... and gc says so
     rebuilt = run_trtwarm(*cmd_init_args(model, tmp_path / "b", tmp_path / "hb", "--remote", url), env=s3.env())
     assert rebuilt.returncode == 0 and rebuilt.summary["result"] == "built", rebuilt.stderr
     assert repo.has_blob(row["sha256"], row["bytes"])  # its push repaired the blob the ref names

@@ -16,6 +16,7 @@ it HEADs each blob, keeping one that is younger than the grace now (a push uploa
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ from trtwarm.key import configuration
 from trtwarm.errors import RemoteError
 from trtwarm.remote.repo import Repository, blob_path, epoch, manifest_files
 
+log = logging.getLogger("trtwarm.remote")
 DEFAULT_BLOB_GRACE = 24 * 3600.0
 #: while deleting blobs, the refs are listed again when the last listing is older than this (seconds)
 RELIST = 10.0
@@ -40,13 +42,15 @@ class RemotePlan:
     young: int = 0
     note: str = ""
     spared: list[tuple[str, int, str]] = field(default_factory=list)  # (sha256, bytes, why): kept by execute
+    raced: list[str] = field(default_factory=list)  # removed, yet named by a ref written meanwhile
 
     def as_json(self) -> dict[str, Any]:
         """The plan for ``--json``."""
         return {"refs": [{"key": k, "name": n, "reason": r} for k, n, r in self.refs],
                 "blobs": [{"sha256": s, "bytes": b} for s, b in self.blobs], "kept_refs": self.kept_refs,
                 "referenced_blobs": self.referenced, "young_unreferenced_blobs": self.young, "note": self.note,
-                "spared_blobs": [{"sha256": s, "bytes": b, "reason": r} for s, b, r in self.spared]}
+                "spared_blobs": [{"sha256": s, "bytes": b, "reason": r} for s, b, r in self.spared],
+                "raced_blobs": self.raced}
 
 
 def _configuration(manifest: dict[str, Any]) -> str:
@@ -118,6 +122,20 @@ def execute(repo: Repository, todo: RemotePlan, versions: dict[str, tuple[str, s
         repo.client.delete(blob_path(sha))
         removed.append((sha, size))
     todo.blobs = removed
+    if removed:
+        _check_after(repo, todo, versions)
+
+
+def _check_after(repo: Repository, todo: RemotePlan, versions: dict[str, tuple[str, str]]) -> None:
+    """List the refs once more: a blob removed here that a ref written meanwhile names is the window no check
+    closes (S3 has no conditional delete). Say it: the push that wrote the ref uploads the blob again if its own
+    check comes later, else the next builder's push does (a pull refuses the ref until then)."""
+    named = _named_since(repo, versions)
+    todo.raced = sorted(sha for sha, _size in todo.blobs if named is None or sha in named)
+    for sha in todo.raced:
+        log.warning("blob %s was removed as a push wrote a ref that names it (or a new ref is unreadable): that "
+                    "push uploads it again if it checks after this, else the engine's next builder does; a pull "
+                    "of that ref is refused as incomplete until then", sha[:16])
 
 
 def _spare(repo: Repository, sha: str, named: set[str] | None, blob_grace: float) -> str:
