@@ -2,7 +2,7 @@
 
 ::
 
-    <prefix>/blobs/sha256/<hex>     every file of an entry, by its SHA-256; never rewritten (HEAD before upload)
+    <prefix>/blobs/sha256/<hex>     every file of an entry, by its SHA-256; its bytes never change (HEAD before upload)
     <prefix>/refs/<key>.json        {"schema": "trtwarm.ref/v1", "manifest": <manifest v2>, "signature": <DSSE|null>}
 
 A ref is written **last**, after every blob it names, with ``If-None-Match: *``: the first writer wins, a loser
