@@ -18,7 +18,7 @@ from typing import Any
 from trtwarm.cli.flags import add_insecure_flag, add_remote_wait_flags, remote_environ
 from trtwarm.errors import ConfigError, EntriesDamaged, ModelError, TrtwarmError, exit_code_for
 from trtwarm.remote.backend import open_repository, parse_remote
-from trtwarm.remote.repo import Repository, blob_path, manifest_files, ref_path
+from trtwarm.remote.repo import Repository, manifest_files, ref_path
 
 log = logging.getLogger("trtwarm.remote")
 
@@ -186,26 +186,24 @@ def cmd_gc(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm remote gc``: plan, then (with ``--yes``) delete refs and unreferenced old blobs."""
     from trtwarm.config import parse_duration
     from trtwarm.lifecycle.tables import human_bytes
-    from trtwarm.remote.gc import plan
+    from trtwarm.remote.gc import execute, plan, ref_versions
 
     if ns.keep_per_model is not None and ns.keep_per_model < 1:  # 0 or less would plan to remove every ref
         raise ConfigError(f"--keep-per-model {ns.keep_per_model} would remove every ref",
                           hint="give a count of 1 or more (or --max-age); `trtwarm remote rm` removes chosen refs")
     max_age = parse_duration(ns.max_age, "--max-age") if ns.max_age else None  # bad flags fail before the store
     grace = parse_duration(ns.blob_grace, "--blob-grace")
+    _warn_short_grace(ns.blob_grace, grace)
     repo = _repo(ns, environ)
     blobs = list(repo.blobs())  # blobs first: one uploaded after this listing is not in the plan at all
+    versions = ref_versions(repo)  # before the plan's reads: a ref written after this is read again before deletes
     todo = plan(repo.read_refs(), blobs, time.time(), max_age=max_age, keep_per_model=ns.keep_per_model,
                 blob_grace=grace)
     if not getattr(repo, "lists_blobs", True):
         todo.note = "manifests only: a registry's unreferenced blobs go with its own garbage collection"
     act = ns.yes and not ns.dry_run
     if act:
-        for key, _name, _reason in todo.refs:
-            repo.delete_ref(key)
-        todo.blobs = _still_unreferenced(repo, todo.blobs)
-        for sha, _size in todo.blobs:
-            repo.client.delete(blob_path(sha))
+        execute(repo, todo, versions, grace)
     if ns.json:
         _out({**todo.as_json(), "done": act})
         return 0
@@ -214,24 +212,23 @@ def cmd_gc(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
         print(f"{verb} ref {key[:16]} {name} ({reason})")
     for sha, size in todo.blobs:
         print(f"{verb} blob {sha[:16]} ({human_bytes(size)}, unreferenced)")
+    for sha, size, why in todo.spared:
+        print(f"kept blob {sha[:16]} ({human_bytes(size)}): {why}")
     print(f"{len(todo.refs)} refs and {len(todo.blobs)} blobs ({human_bytes(sum(s for _, s in todo.blobs))}); kept "
           f"{todo.kept_refs} refs, {todo.referenced} referenced blobs, {todo.young} unreferenced blobs inside the "
           f"grace period" + (f"; {todo.note}" if todo.note else "") + ("" if act else "\n(plan only: pass --yes)"))
     return 0
 
 
-def _still_unreferenced(repo: Repository, blobs: list[tuple[str, int]]) -> list[tuple[str, int]]:
-    """*blobs* less those a ref names now: a push that found one of them still there (its upload long past the grace
-    period) reused it and may have written its ref since the plan was made. What remains is the moment between this
-    read and the deletes."""
-    if not blobs:
-        return blobs
-    named: set[str] = set()
-    for _key, ref, _problem in repo.read_refs():
-        if ref is None:  # unreadable now: its blobs are unknown, so none goes
-            return []
-        named.update(row["sha256"] for row in manifest_files(ref["manifest"]))
-    return [(sha, size) for sha, size in blobs if sha not in named]
+def _warn_short_grace(text: str, grace: float) -> None:
+    """A grace under twice the push's refresh age leaves a reused, unrefreshed orphan to the delete-time checks."""
+    from trtwarm.remote.push import REFRESH_AGE
+
+    if grace < 2 * REFRESH_AGE:
+        log.warning("--blob-grace %s is under %.0f h, twice the age (%.0f h) after which a push uploads a blob it "
+                    "reuses again: an orphan blob a push reuses meanwhile is guarded only by the checks just before "
+                    "each delete, and by the push's own check after its ref (docs/remote.md)", text,
+                    2 * REFRESH_AGE / 3600, REFRESH_AGE / 3600)
 
 
 def cmd_coverage(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:

@@ -2,7 +2,7 @@
 
 ::
 
-    <prefix>/blobs/sha256/<hex>     every file of an entry, by its SHA-256; never rewritten (HEAD before upload)
+    <prefix>/blobs/sha256/<hex>     every file of an entry, by its SHA-256; its bytes never change (HEAD before upload)
     <prefix>/refs/<key>.json        {"schema": "trtwarm.ref/v1", "manifest": <manifest v2>, "signature": <DSSE|null>}
 
 A ref is written **last**, after every blob it names, with ``If-None-Match: *``: the first writer wins, a loser
@@ -18,6 +18,7 @@ replaced writer logs a warning and counts a ``conflict``: never a silent last-wr
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import re
@@ -74,6 +75,13 @@ def manifest_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     return files
 
 
+def epoch(value: Any) -> float:
+    """An object's ``last_modified`` (a datetime from obstore, or seconds) in epoch seconds (0 when unknown)."""
+    if isinstance(value, datetime.datetime):
+        return value.timestamp()
+    return float(value or 0.0)
+
+
 def make_ref(manifest: dict[str, Any], signature: dict[str, Any] | None) -> dict[str, Any]:
     """The ref document of an entry."""
     return {"schema": REF_SCHEMA, "manifest": manifest, "signature": signature}
@@ -122,8 +130,16 @@ class Repository:
 
     def has_blob(self, sha256: str, size: int) -> bool:
         """Whether the blob exists with *size* bytes (a different size is a damaged blob: upload again)."""
+        found = self.stat_blob(sha256)
+        return found is not None and found[0] == size
+
+    def stat_blob(self, sha256: str) -> tuple[int, float | None] | None:
+        """``(size, last upload in epoch seconds)`` of the blob, or None when absent. The age is what ``remote gc``
+        judges a blob by and what a push refreshes (:data:`trtwarm.remote.push.REFRESH_AGE`)."""
         meta = self.client.head(blob_path(sha256))
-        return meta is not None and meta.get("size") == size
+        if meta is None:
+            return None
+        return int(meta.get("size") or 0), epoch(meta.get("last_modified")) if meta.get("last_modified") else None
 
     def keys(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """``(key, object metadata)`` of every ref."""
@@ -195,4 +211,4 @@ class Repository:
         self.client.delete(ref_path(key))
 
 
-__all__ = ["REF_SCHEMA", "Repository", "blob_path", "check_ref", "make_ref", "manifest_files", "ref_path"]
+__all__ = ["REF_SCHEMA", "Repository", "blob_path", "check_ref", "epoch", "make_ref", "manifest_files", "ref_path"]

@@ -183,9 +183,11 @@ class RemoteSync:
         self.stats.update(pushed_bytes=result.bytes, push_seconds=round(result.seconds, 3),
                           push="pushed" if result.won else "lost")
         if result.won:
-            log.info("pushed %s to %s: %d blobs uploaded (%.1f MiB), %d already there, ref written in %.2f s",
+            log.info("pushed %s to %s: %d blobs uploaded (%.1f MiB), %d already there%s, ref written in %.2f s",
                      entry.manifest.get("name", entry.name), self.repo.url, result.uploaded, result.bytes / 2**20,
-                     len(result.skipped), result.seconds)
+                     len(result.skipped), "".join(f", {n} {what}" for n, what in ((result.refreshed, "refreshed"),
+                                                                                 (result.healed, "healed")) if n),
+                     result.seconds)
             return
         self._lost(entry, result.ref, result.uploaded)
 

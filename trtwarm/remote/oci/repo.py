@@ -91,9 +91,11 @@ class OciRepository(Repository):
         self._digests[key] = digest
         return ref
 
-    def has_blob(self, sha256: str, size: int) -> bool:
-        """Whether the blob is in this repository with *size* bytes."""
-        return self.client.blob_size(f"sha256:{sha256}") == size
+    def stat_blob(self, sha256: str) -> tuple[int, float | None] | None:
+        """``(size, None)`` of the blob in this repository, or None: the distribution API gives no age, so a push
+        never refreshes a blob here (a registry's garbage collection is its own, offline job)."""
+        size = self.client.blob_size(f"sha256:{sha256}")
+        return None if size is None else (size, None)
 
     def keys(self) -> Iterator[tuple[str, dict[str, Any]]]:
         """``(key, {})`` of every tag that is a key (other tags, e.g. engine images', are not refs)."""
