@@ -114,7 +114,7 @@ class Chaos:
         self.build = f"sh -c 'head -c {engine_mib << 20} /dev/urandom > {{output}}'"
         self.seen_refs: set[str] = set()
         self.env = {**{k: v for k, v in os.environ.items() if not k.startswith("TRTWARM_")}, **self.server.env(),
-                    "PYTHONPATH": str(ROOT)}
+                    "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
     def close(self) -> None:
         self.server.thaw()
@@ -364,6 +364,10 @@ def main() -> int:
     print(f"| check | count |\n|---|---:|\n{tally.table(seconds)}")
     for problem in tally.problems[:50]:
         print(problem)
+    for problem in tally.problems[:1]:  # what the first one printed: an environment that fails every init shows
+        log = Path(problem.rsplit(" ", 1)[-1])  # itself here (a missing module, say), not in 1,000 lines of exits
+        if log.is_file():
+            print(f"--- the end of {log}:\n{log.read_text(errors='replace')[-2000:]}")
     return 1 if tally.failures() else 0
 
 
