@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import cmd_init_args, debris, entries, ort_init_args, run_trtwarm, spawn, trtwarm_argv, wait_until
+from conftest import (cmd_init_args, debris, entries, env_for, ort_init_args, run_trtwarm, spawn, trtwarm_argv,
+                      wait_until)
 from prometheus_client import generate_latest
 from s3server import READER, SeaweedServer, SlowProxy, free_ports, weed_binary
 
@@ -399,6 +400,10 @@ def test_remote_gc_never_removes_a_blob_a_ref_points_to(s3: SeaweedServer, url: 
     dry = run_trtwarm("remote", "gc", "--blob-grace", "0s", "--dry-run", "--json", env=env)
     assert [b["sha256"] for b in json.loads(dry.stdout)["blobs"]] == ["ab" * 32]
     assert orphan in objects(s3, url, "blobs/")  # --dry-run changed nothing
+    cut = subprocess.Popen(trtwarm_argv("remote", "gc", "--blob-grace", "0s", "--dry-run"), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env=env_for(env))
+    cut.stdout.close()  # `remote gc | head` whose reader left: a report cut short is not "done" (exit 14)
+    assert cut.wait(60) == 14 and "cut short" in cut.stderr.read()
     done = run_trtwarm("remote", "gc", "--blob-grace", "0s", "--yes", env=env)
     assert done.returncode == 0, done.stderr
     assert set(objects(s3, url, "blobs/")) == referenced  # every blob a ref names is still there

@@ -276,7 +276,7 @@ def test_the_window_that_remains_a_gc_stopped_between_its_head_and_its_delete_an
     """What the docs call the residual window: a gc that has HEADed a planned blob and is stopped before its
     DELETE (here by the gate; in life a paused process) longer than a whole push that reuses, refreshes and checks
     the blob (its heal delay included) deletes it after the push's last look. The ref then names a missing blob: a
-    pull refuses it and builds, and that builder's push uploads the blob again."""
+    pull refuses it and builds, and that builder's push (same bytes here) uploads the blob again; gc names the ref."""
     entry, manifest, row = built(model, tmp_path)
     repo = repository(s3.env(), url)
     leave_orphan(repo, entry, row)
@@ -295,7 +295,7 @@ def test_the_window_that_remains_a_gc_stopped_between_its_head_and_its_delete_an
             sweep.wait()
     assert sweep.returncode == 0
     assert not repo.has_blob(row["sha256"], row["bytes"])  # the window: the ref names a missing blob ...
-    assert f"blob {row['sha256'][:16]} was removed as a push wrote a ref that names it" in err  # ... and gc says so
+    assert f"blob {row['sha256'][:16]} was removed as a push wrote a ref that names it ({manifest['key']})" in err
     rebuilt = run_trtwarm(*cmd_init_args(model, tmp_path / "b", tmp_path / "hb", "--remote", url), env=s3.env())
     assert rebuilt.returncode == 0 and rebuilt.summary["result"] == "built", rebuilt.stderr
     assert repo.has_blob(row["sha256"], row["bytes"])  # its push repaired the blob the ref names

@@ -239,7 +239,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         with guarded():
             return int(ns.func(ns, environ))
     except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 (the one place a failure becomes its exit code)
-        error = as_error(exc, reporting=command in REPORTING)
+        error = as_error(exc, reporting=command in REPORTING or args[:2] in (["remote", "gc"], ["remote", "rm"]))
         if error is None:
             return 0
         report_failure(ns, error, environ, command)
@@ -267,6 +267,7 @@ def _parse(args: list[str], command: str | None, environ: Mapping[str, str]) -> 
 
 
 #: commands whose output is their result: a reader closing the pipe early makes them fail (exit 14), not succeed
+#: (``remote gc`` and ``remote rm`` too)
 REPORTING = ("verify", "gc", "rm", "sign")
 #: commands that end with everything they wrote closed, so the process may skip interpreter teardown (see run)
 FAST_EXIT = ("init", "key", *LIFECYCLE)

@@ -42,7 +42,8 @@ class RemotePlan:
     young: int = 0
     note: str = ""
     spared: list[tuple[str, int, str]] = field(default_factory=list)  # (sha256, bytes, why): kept by execute
-    raced: list[str] = field(default_factory=list)  # removed, yet named by a ref written meanwhile
+    #: (sha256, keys of the refs naming it): removed, yet named by a ref written meanwhile
+    raced: list[tuple[str, list[str]]] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         """The plan for ``--json``."""
@@ -50,7 +51,7 @@ class RemotePlan:
                 "blobs": [{"sha256": s, "bytes": b} for s, b in self.blobs], "kept_refs": self.kept_refs,
                 "referenced_blobs": self.referenced, "young_unreferenced_blobs": self.young, "note": self.note,
                 "spared_blobs": [{"sha256": s, "bytes": b, "reason": r} for s, b, r in self.spared],
-                "raced_blobs": self.raced}
+                "raced_blobs": [{"sha256": s, "refs": keys} for s, keys in self.raced]}
 
 
 def _configuration(manifest: dict[str, Any]) -> str:
@@ -110,7 +111,7 @@ def execute(repo: Repository, todo: RemotePlan, versions: dict[str, tuple[str, s
         repo.delete_ref(key)
     versions = {k: v for k, v in versions.items() if k not in {key for key, _n, _r in todo.refs}}
     removed: list[tuple[str, int]] = []
-    named: set[str] | None = set()
+    named: dict[str, list[str]] | None = {}
     listed = float("-inf")
     for sha, size in todo.blobs:
         if time.monotonic() - listed > RELIST:
@@ -131,14 +132,16 @@ def _check_after(repo: Repository, todo: RemotePlan, versions: dict[str, tuple[s
     closes (S3 has no conditional delete). Say it: the push that wrote the ref uploads the blob again if its own
     check comes later, else the next builder's push does (a pull refuses the ref until then)."""
     named = _named_since(repo, versions)
-    todo.raced = sorted(sha for sha, _size in todo.blobs if named is None or sha in named)
-    for sha in todo.raced:
-        log.warning("blob %s was removed as a push wrote a ref that names it (or a new ref is unreadable): that "
-                    "push uploads it again if it checks after this, else the engine's next builder does; a pull "
-                    "of that ref is refused as incomplete until then", sha[:16])
+    todo.raced = [(sha, [] if named is None else named[sha]) for sha, _size in todo.blobs
+                  if named is None or sha in named]
+    for sha, keys in todo.raced:
+        log.warning("blob %s was removed as a push wrote a ref that names it (%s): that push uploads it again if "
+                    "it checks after this; otherwise a pull of that ref is refused as incomplete, and only a build "
+                    "with the same bytes refills it: remove the ref (`trtwarm remote rm KEY`) so that the next "
+                    "push publishes a whole one", sha[:16], ", ".join(keys) or "a new ref is unreadable")
 
 
-def _spare(repo: Repository, sha: str, named: set[str] | None, blob_grace: float) -> str:
+def _spare(repo: Repository, sha: str, named: dict[str, list[str]] | None, blob_grace: float) -> str:
     """Why the planned blob *sha* must stay (HEADed just before its delete), or "" when it may go."""
     if named is None:
         return "a ref written since the plan is unreadable: its blobs are unknown"
@@ -152,10 +155,10 @@ def _spare(repo: Repository, sha: str, named: set[str] | None, blob_grace: float
     return ""
 
 
-def _named_since(repo: Repository, versions: dict[str, tuple[str, str]]) -> set[str] | None:
+def _named_since(repo: Repository, versions: dict[str, tuple[str, str]]) -> dict[str, list[str]] | None:
     """The blobs named by every ref that *versions* does not list as it is now (new, re-created or rewritten
-    since), or None when one of them cannot be read."""
-    named: set[str] = set()
+    since), each with the keys of those refs; None when one of them cannot be read."""
+    named: dict[str, list[str]] = {}
     for key, version in ref_versions(repo).items():
         if versions.get(key) == version:
             continue
@@ -166,7 +169,8 @@ def _named_since(repo: Repository, versions: dict[str, tuple[str, str]]) -> set[
                 raise
             return None
         if ref is not None:  # None: removed again since the listing
-            named.update(row["sha256"] for row in manifest_files(ref["manifest"]))
+            for row in manifest_files(ref["manifest"]):
+                named.setdefault(row["sha256"], []).append(key)
     return named
 
 

@@ -112,7 +112,8 @@ class RemoteSync:
                                   "the blob again (a Pod that may build, or the prebuild Job), or remove the ref "
                                   "(`trtwarm remote rm KEY`) and prebuild it") from None
             log.warning("refused the remote engine for %s: %s; building locally instead (the push uploads the blob "
-                        "again)", key[:16], exc.message)
+                        "again if this build has the same bytes; otherwise `trtwarm remote rm %s` lets the next push "
+                        "publish a whole one)", key[:16], exc.message, key[:16])
         except RemoteError as exc:
             self._tolerate(exc, "pull")
         return None
