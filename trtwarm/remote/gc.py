@@ -21,8 +21,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from trtwarm.key import configuration
 from trtwarm.errors import RemoteError
+from trtwarm.key import configuration
 from trtwarm.remote.repo import Repository, blob_path, epoch, manifest_files
 
 log = logging.getLogger("trtwarm.remote")
@@ -44,6 +44,7 @@ class RemotePlan:
     spared: list[tuple[str, int, str]] = field(default_factory=list)  # (sha256, bytes, why): kept by execute
     #: (sha256, keys of the refs naming it): removed, yet named by a ref written meanwhile
     raced: list[tuple[str, list[str]]] = field(default_factory=list)
+    refs_done: int = 0  # refs execute removed so far
 
     def as_json(self) -> dict[str, Any]:
         """The plan for ``--json``."""
@@ -107,10 +108,23 @@ def execute(repo: Repository, todo: RemotePlan, versions: dict[str, tuple[str, s
     read. A blob named by a ref written since (or changed, or re-created after this pass removed it) is spared; so
     is one younger than *blob_grace* now, or gone already. ``todo.blobs`` ends as the blobs removed, ``todo.spared``
     says which were kept and why. :raises RemoteError:"""
+    removed: list[tuple[str, int]] = []
+    try:
+        _delete(repo, todo, versions, blob_grace, removed)
+    except RemoteError:  # what is gone already is said before the failure is (a rerun plans the rest again)
+        log.warning("remote gc stopped after removing %d of %d refs and %d blobs (%.1f MiB) of this pass",
+                    todo.refs_done, len(todo.refs), len(removed),
+                    sum(size for _sha, size in removed) / 2**20)
+        raise
+
+
+def _delete(repo: Repository, todo: RemotePlan, versions: dict[str, tuple[str, str]], blob_grace: float,
+            removed: list[tuple[str, int]]) -> None:
+    """:func:`execute`'s deletes, each appended to *removed* (blobs) or counted in ``todo.refs_done`` (refs)."""
     for key, _name, _reason in todo.refs:
         repo.delete_ref(key)
+        todo.refs_done += 1
     versions = {k: v for k, v in versions.items() if k not in {key for key, _n, _r in todo.refs}}
-    removed: list[tuple[str, int]] = []
     named: dict[str, list[str]] | None = {}
     listed = float("-inf")
     for sha, size in todo.blobs:
