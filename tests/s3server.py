@@ -31,6 +31,14 @@ def weed_binary() -> str | None:
     return str(beside) if beside.is_file() else shutil.which("weed")
 
 
+def close_both(*socks: socket.socket) -> None:
+    """Shut down and close each of a relay's sockets (the other side sees the end at once)."""
+    for sock in socks:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        sock.close()
+
+
 def free_ports(count: int) -> list[int]:
     """*count* distinct free TCP ports on 127.0.0.1 (held open together, so they differ)."""
     socks = []
@@ -210,10 +218,7 @@ class SlowProxy:
         except OSError:
             pass
         finally:
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-                s.close()
+            close_both(src, dst)
 
     def cut(self) -> None:
         """Drop every relayed connection at once (RST): what was buffered between the server and the client is lost,

@@ -9,7 +9,6 @@ deleting it. The last test shows the window that remains, and its repair.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
 import subprocess
@@ -20,7 +19,7 @@ from typing import Any
 
 import pytest
 from conftest import cmd_init_args, entries, env_for, run_trtwarm, trtwarm_argv, wait_until
-from s3server import SeaweedServer, weed_binary
+from s3server import SeaweedServer, close_both, weed_binary
 
 from trtwarm.remote import gc
 from trtwarm.remote.client import Client
@@ -89,10 +88,7 @@ class Gate:
         except OSError:
             pass
         finally:
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-                s.close()
+            close_both(src, dst)
 
 
 @pytest.fixture
@@ -139,6 +135,23 @@ def start_gc(gate: Gate, s3: SeaweedServer, url: str, *extra: str) -> subprocess
     return subprocess.Popen(trtwarm_argv("remote", "gc", "--remote", url, "--blob-grace", "2s", "--yes", *extra),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env_for(gate.endpoint_env(s3.env())))
+
+
+def gc_beside_a_push(gate: Gate, s3: SeaweedServer, url: str, what: str, push: Any,
+                     *extra: str) -> tuple[Any, int, str, str]:
+    """Start a real gc through *gate*, run *push*() once the gate holds it (at *what*), release it: (the push's
+    result, gc's exit code, its stdout, its stderr)."""
+    sweep = start_gc(gate, s3, url, *extra)
+    try:
+        wait_until(gate.held.is_set, 60, what)
+        pushed = push()
+        gate.release()
+        out, err = sweep.communicate(timeout=60)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.wait()
+    return pushed, sweep.returncode, out, err
 
 
 def pulls(model: Path, tmp_path: Path, env: dict[str, str], url: str, name: str) -> None:
@@ -203,18 +216,10 @@ def test_gc_keeps_a_planned_blob_that_a_push_uploaded_again_before_its_delete(
     leave_orphan(repo, entry, row)
     time.sleep(3.1)  # past the grace below (store timestamps are whole seconds)
     gate = gates("HEAD", f"/blobs/sha256/{row['sha256']}")
-    sweep = start_gc(gate, s3, url, "--json")
-    try:
-        wait_until(gate.held.is_set, 60, "gc's HEAD of the planned blob")
-        pushed = push_entry(repo, entry, manifest, None, refresh_age=1, heal_delay=0)
-        assert pushed.won and pushed.refreshed == 1 and pushed.skipped == [] and pushed.healed == 0
-        gate.release()
-        out, err = sweep.communicate(timeout=60)
-    finally:
-        if sweep.poll() is None:
-            sweep.kill()
-            sweep.wait()
-    assert sweep.returncode == 0, err
+    pushed, code, out, err = gc_beside_a_push(gate, s3, url, "gc's HEAD of the planned blob", lambda: push_entry(
+        repo, entry, manifest, None, refresh_age=1, heal_delay=0), "--json")
+    assert pushed.won and pushed.refreshed == 1 and pushed.skipped == [] and pushed.healed == 0
+    assert code == 0, err
     doc = json.loads(out)
     assert doc["done"] and doc["blobs"] == []
     assert doc["spared_blobs"] == [{"sha256": row["sha256"], "bytes": row["bytes"],
@@ -282,18 +287,10 @@ def test_the_window_that_remains_a_gc_stopped_between_its_head_and_its_delete_an
     leave_orphan(repo, entry, row)
     time.sleep(3.1)
     gate = gates("POST", "?delete")  # obstore deletes with S3's bulk delete (the blob is its only delete here)
-    sweep = start_gc(gate, s3, url)
-    try:
-        wait_until(gate.held.is_set, 60, "gc's DELETE of the planned blob")
-        pushed = push_entry(repo, entry, manifest, None, refresh_age=1, heal_delay=0)
-        assert pushed.won and pushed.refreshed == 1 and pushed.healed == 0
-        gate.release()
-        _out, err = sweep.communicate(timeout=60)
-    finally:
-        if sweep.poll() is None:
-            sweep.kill()
-            sweep.wait()
-    assert sweep.returncode == 0
+    pushed, code, _out, err = gc_beside_a_push(gate, s3, url, "gc's DELETE of the planned blob", lambda: push_entry(
+        repo, entry, manifest, None, refresh_age=1, heal_delay=0))
+    assert pushed.won and pushed.refreshed == 1 and pushed.healed == 0
+    assert code == 0, err
     assert not repo.has_blob(row["sha256"], row["bytes"])  # the window: the ref names a missing blob ...
     assert f"blob {row['sha256'][:16]} was removed as a push wrote a ref that names it ({manifest['key']})" in err
     rebuilt = run_trtwarm(*cmd_init_args(model, tmp_path / "b", tmp_path / "hb", "--remote", url), env=s3.env())
