@@ -264,6 +264,11 @@ class _Config:
     def __init__(self):
         self.profiles = 0
 
+    def __setattr__(self, name, value):
+        if name == "plugins_to_serialize":
+            _record("plugins_to_serialize", *value)
+        object.__setattr__(self, name, value)
+
     def set_memory_pool_limit(self, pool, size):
         pass
 

@@ -133,3 +133,67 @@ def test_no_ort_tensorrt_variable_changes_the_engine_or_shares_an_entry(tmp_path
                              capture_output=True, text=True, check=True,
                              env=env_for(ort_env(standins, lib, ORT_TENSORRT_FP16_ENABLE="1")))
     assert control.stdout.strip() == "{'fp16': True}"  # without options the stand-in EP reads the variable
+
+
+# --- a cancelled build that TensorRT does not end ---------------------------------------------------------------------
+
+def test_a_build_stuck_inside_tensorrt_after_sigterm_ends_the_process_with_143(tmp_path: Path, model: Path) -> None:
+    """A real init, a real SIGTERM, and a stand-in build that ignores step_complete's False (as a TensorRT stuck in
+    one tactic would): after the grace period the stop unwinds as usual (staging removed, termination message
+    written, nothing published) and the process ends with os._exit(143), not with interpreter teardown under a
+    running thread."""
+    import os
+    import signal
+    import time
+
+    from conftest import spawn, wait_until
+
+    from trtwarm.builders.tensorrt.progress import CANCEL_GRACE_SECONDS
+
+    standins = st.pynvml(tmp_path / "standins", [st.H100])
+    st.tensorrt(standins, dist="tensorrt-cu12-bindings")
+    term, calls = tmp_path / "termination-log", tmp_path / "trt.log"
+    term.write_text("")
+    cache = tmp_path / "cache"
+    proc = spawn(["init", "--model", str(model), *SHAPE, "--cache-dir", str(cache), "--handoff-dir",
+                  str(tmp_path / "h")], env={**st.pythonpath(standins), "STANDIN_TRT_BUILD": "ignore-cancel",
+                                             "STANDIN_TRT_LOG": str(calls), "TRTWARM_TERMINATION_LOG": str(term)})
+    wait_until(lambda: calls.exists() and "build started" in calls.read_text(), timeout=60, what="the build")
+    assert any((cache / ".staging").iterdir())
+    sent = time.monotonic()
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=CANCEL_GRACE_SECONDS + 60) == 143
+    took = time.monotonic() - sent
+    log = proc.log.read_text()  # type: ignore[attr-defined]
+    assert CANCEL_GRACE_SECONDS - 1 < took < CANCEL_GRACE_SECONDS + 20, log
+    assert "did not stop within 10 s of being cancelled" in log and "exiting with 143 now" in log
+    assert "Fatal Python error" not in log and "Traceback" not in log
+    assert not list((cache / ".staging").iterdir()) and not list((cache / "entries").iterdir())
+    assert json.loads(term.read_text())["exit_code"] == 143
+
+
+# --- version-compatible plugins in a batch ----------------------------------------------------------------------------
+
+def test_two_version_compatible_plugin_builds_in_one_process_load_the_library_once(tmp_path: Path) -> None:
+    """``warm --list`` builds two --version-compatible engines with one --plugin in one process. TensorRT's
+    registry refuses a library whose plugins it holds ("The call will fail and return None if any of the plugins
+    are already registered", IPluginRegistryDoc.load_library), as the stand-in does: the library is loaded once,
+    and both engines carry it (plugins_to_serialize). Before, the second build exited 4."""
+    from trtwarm.cli.demo import make_model
+
+    standins = st.pynvml(tmp_path / "standins", [st.H100])
+    st.tensorrt(standins, dist="tensorrt-cu12-bindings")
+    plugin = st.plugin_library(tmp_path / "plugins")
+    models = [make_model(tmp_path / "models" / f"m{seed}.onnx", seed=seed) for seed in (1, 2)]
+    listing = tmp_path / "list.json"
+    listing.write_text(json.dumps({"defaults": {"version-compatible": True, "plugin": [str(plugin)],
+                                                "shape": [SHAPE[1]]},
+                                   "models": [{"model": str(m)} for m in models]}))
+    calls = tmp_path / "trt.log"
+    run = run_trtwarm("warm", "--list", str(listing), "--cache-dir", str(tmp_path / "cache"), "--json",
+                      env={**st.pythonpath(standins), "STANDIN_TRT_LOG": str(calls)})
+    assert run.returncode == 0, run.stderr
+    assert [r["result"] for r in json.loads(run.stdout)] == ["built", "built"]
+    recorded = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert [c for c in recorded if c[0].startswith("load_library")] == [["load_library", str(plugin)]]
+    assert [c for c in recorded if c[0] == "plugins_to_serialize"] == [["plugins_to_serialize", str(plugin)]] * 2
