@@ -15,6 +15,7 @@ read is larger than :data:`TABLE_LIMIT`.
 
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,8 @@ def _unpack(fmt: str, data: bytes, offset: int = 0) -> tuple[int, ...]:
 def _read(handle: BinaryIO, offset: int, size: int) -> bytes:
     if size < 0 or size > TABLE_LIMIT or offset < 0:
         raise ValueError("a table of it is implausibly large or misplaced")
+    if offset + size > os.fstat(handle.fileno()).st_size:
+        raise ValueError("truncated (a table of it lies past its end)")
     handle.seek(offset)
     data = handle.read(size)
     if len(data) != size:
