@@ -121,3 +121,54 @@ def test_an_ngc_style_tensorrt_is_keyed_by_what_import_tensorrt_maps(tmp_path: P
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["document"]["builder"]["cuda"] == "13"
     assert "runs on CUDA 13 (libcudart.so.13 (linked by libnvinfer.so.10" in run.stderr
+
+
+class Registry:
+    """TensorRT's plugin registry as ``pyPluginDoc.h`` documents it: ``load_library`` returns None when a plugin of
+    the library is already registered (a library of the same creators counts), ``deregister_library`` releases
+    them."""
+
+    def __init__(self) -> None:
+        self.creators: dict[object, str] = {}
+        self.calls: list[str] = []
+
+    def load_library(self, path: str) -> object | None:
+        content = Path(path).read_bytes()
+        self.calls.append(f"load {Path(path).name}")
+        if content in self.creators.values():
+            return None
+        handle = object()
+        self.creators[handle] = content  # type: ignore[assignment]
+        return handle
+
+    def deregister_library(self, handle: object) -> None:
+        self.calls.append("deregister")
+        del self.creators[handle]
+
+
+def test_plugin_libraries_are_loaded_once_per_content_and_reloaded_when_they_change(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from trtwarm.builders.tensorrt import plugins
+    from trtwarm.errors import BuildError
+
+    registry = Registry()
+    trt = SimpleNamespace(get_plugin_registry=lambda: registry)
+    first = st.plugin_library(tmp_path / "a")
+    copy = tmp_path / "b" / first.name
+    copy.parent.mkdir()
+    copy.write_bytes(first.read_bytes())
+    [handle] = plugins.load(trt, (first,), versioned=True)
+    assert plugins.load(trt, (first,), versioned=True) == [handle]  # a second build in the process
+    assert plugins.load(trt, (copy,), versioned=True) == [handle]  # an identical copy elsewhere
+    assert registry.calls == [f"load {first.name}"]
+    st.compile_library(first.parent, first.name, "void setLoggerFinder(void *f) {}\n"
+                       "void *getPluginCreators(int *n) { *n = 1; return 0; }\n")  # rebuilt in place
+    [new] = plugins.load(trt, (first,), versioned=True)
+    assert new is not handle and registry.calls[1:] == ["deregister", f"load {first.name}"]
+    plain = st.plugin_library(tmp_path / "c", "libplain.so")
+    [dl] = plugins.load(trt, (plain,), versioned=False)
+    assert plugins.load(trt, (plain,), versioned=False) == [dl]
+    st.compile_library(plain.parent, plain.name, "int changed(void) { return 1; }\n")
+    with pytest.raises(BuildError, match="changed on disk after this process loaded it"):
+        plugins.load(trt, (plain,), versioned=False)

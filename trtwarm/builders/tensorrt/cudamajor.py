@@ -117,7 +117,9 @@ def cuda_major(dist: str, version: str, environ: Mapping[str, str]) -> tuple[str
 
 def installed_library(version: str, environ: Mapping[str, str]) -> Path | None:
     """The ``libnvinfer.so.<major>`` the installed ``tensorrt`` bindings of *version* load, where it can be found."""
-    return library.find(library.search_dirs(environ, _bindings()), (int(version.split(".")[0]),))
+    where = library.package_dir("tensorrt")  # last: a package that ships its libraries beside the bindings
+    dirs = library.search_dirs(environ, _bindings(), last=[str(where)] if where is not None else [])
+    return library.find(dirs, (int(version.split(".")[0]),))
 
 
 def _bindings() -> list[Path]:

@@ -78,27 +78,41 @@ def _string(table: bytes, offset: int) -> str:
     return table[offset:end if end >= 0 else len(table)].decode("utf-8", "replace")
 
 
+def _segment_entries(handle: BinaryIO, programs: list[tuple[int, ...]],
+                     unmapped: bool) -> tuple[list[tuple[int, int]], bytes] | None:
+    """Through ``PT_DYNAMIC``; ``DT_STRTAB`` is an address, mapped to the file by the ``PT_LOAD`` that holds it (with
+    *unmapped*, where none does, taken as a file offset: what a library linked at address 0 means)."""
+    segment = next((p for p in programs if p[0] == _PT_DYNAMIC), None)
+    if segment is None:
+        return None
+    raw = _read(handle, segment[2], segment[5])
+    entries = [_unpack("<qQ", raw, i) for i in range(0, len(raw) - 15, 16)]
+    tags = dict(entries[:next((i for i, e in enumerate(entries) if e[0] == 0), len(entries))])
+    if _DT_STRTAB not in tags:
+        return None
+    address = tags[_DT_STRTAB]
+    load = next((p for p in programs if p[0] == _PT_LOAD and p[3] <= address < p[3] + p[5]), None)
+    if load is None and not unmapped:
+        return None
+    offset = address - load[3] + load[2] if load is not None else address
+    return entries, _read(handle, offset, tags.get(_DT_STRSZ, 0))
+
+
 def _entries(handle: BinaryIO, programs: list[tuple[int, ...]],
              sections: list[tuple[int, ...]]) -> tuple[list[tuple[int, int]], bytes]:
-    """The ``(tag, value)`` entries of the dynamic section and its string table."""
-    segment = next((p for p in programs if p[0] == _PT_DYNAMIC), None)
-    if segment is not None:
-        raw = _read(handle, segment[2], segment[5])
-        entries = [_unpack("<qQ", raw, i) for i in range(0, len(raw) - 15, 16)]
-        tags = dict(entries[:next((i for i, e in enumerate(entries) if e[0] == 0), len(entries))])
-        if _DT_STRTAB in tags:
-            address = tags[_DT_STRTAB]
-            load = next((p for p in programs if p[0] == _PT_LOAD and p[3] <= address < p[3] + p[5]), None)
-            if load is None:
-                raise ValueError("its string table is outside every loaded segment")
-            return entries, _read(handle, address - load[3] + load[2], tags.get(_DT_STRSZ, 0))  # type: ignore
+    """The ``(tag, value)`` entries of the dynamic section and its string table: through the program headers, else
+    the section headers (``SHT_DYNAMIC`` and the string table it links)."""
+    found = _segment_entries(handle, programs, unmapped=False)
+    if found is not None:
+        return found
     section = next((s for s in sections if s[1] == _SHT_DYNAMIC), None)
-    if section is None:
-        raise ValueError("it has no dynamic section")
-    if section[6] >= len(sections):
-        raise ValueError("its dynamic section links no string table")
-    raw, strings = _read(handle, section[4], section[5]), sections[section[6]]
-    return [_unpack("<qQ", raw, i) for i in range(0, len(raw) - 15, 16)], _read(handle, strings[4], strings[5])
+    if section is not None and section[6] < len(sections):
+        raw, strings = _read(handle, section[4], section[5]), sections[section[6]]
+        return [_unpack("<qQ", raw, i) for i in range(0, len(raw) - 15, 16)], _read(handle, strings[4], strings[5])
+    found = _segment_entries(handle, programs, unmapped=True)
+    if found is None:
+        raise ValueError("it has no dynamic section with a string table")
+    return found
 
 
 def dynamic(path: Path) -> Dynamic:

@@ -64,16 +64,18 @@ def package_dir(name: str) -> Path | None:
     return Path(locations[0]) if locations else None
 
 
-def search_dirs(environ: Mapping[str, str], needing: Iterable[Path] = (), wheel_first: bool = True) -> list[str]:
+def search_dirs(environ: Mapping[str, str], needing: Iterable[Path] = (), wheel_first: bool = True,
+                last: Iterable[str] = ()) -> list[str]:
     """Where ``libnvinfer.so.<major>`` is looked for, in the loader's order: the pip wheel's ``tensorrt_libs``
     (first when *wheel_first*: the ``tensorrt`` bindings import it before they load; last otherwise, e.g. for ONNX
-    Runtime, which does not), the *needing* objects' RUNPATH, ``LD_LIBRARY_PATH``, the system directories."""
+    Runtime, which does not), the *needing* objects' RUNPATH, ``LD_LIBRARY_PATH``, the system directories, then
+    *last* (places only a packaging of the caller's own uses)."""
     wheel = package_dir("tensorrt_libs")
     ordered = [*runpath_of(needing), *(d for d in environ.get("LD_LIBRARY_PATH", "").split(":") if d),
                *SYSTEM_LIB_DIRS]
     if wheel is not None:
         ordered = [str(wheel), *ordered] if wheel_first else [*ordered, str(wheel)]
-    return list(dict.fromkeys(ordered))
+    return list(dict.fromkeys([*ordered, *last]))
 
 
 def find(dirs: Iterable[str], majors: Iterable[int]) -> Path | None:

@@ -30,7 +30,8 @@ from trtwarm.fs.ops import sha256_file
 ENTRY_POINTS = ("setLoggerFinder",)
 CREATOR_ENTRY_POINTS = ("getPluginCreators", "getCreators")  # IPluginV2 libraries, IPluginV3 libraries
 #: real path -> {"digest": SHA-256, "registry": load_library's handle, "dlopen": ctypes.CDLL}: what this process
-#: loaded (a handle must stay alive as long as TensorRT may call into the library: the life of the process)
+#: loaded (a handle must stay alive as long as TensorRT may call into the library: the life of the process); copies
+#: with one SHA-256 share a handle (their creators have the same names: the registry takes them once)
 _LOADED: dict[str, dict[str, Any]] = {}
 _LOCK = threading.Lock()
 
@@ -69,8 +70,9 @@ def check_serializable(paths: tuple[Path, ...]) -> None:
 
 def load(trt: Any, paths: tuple[Path, ...], versioned: bool) -> list[Any]:
     """Make each ``--plugin`` library's creators available to this process's builds, loading each library once per
-    process (one handle per real path and content): a batch (``warm --list``, ``prebuild``) builds several engines in
-    one process, and TensorRT refuses a library loaded again.
+    process (one handle per real path and content; a copy with the same SHA-256 elsewhere shares it): a batch
+    (``warm --list``, ``prebuild``) builds several engines in one process, and TensorRT refuses a library loaded
+    again.
 
     * a ``--version-compatible`` build loads it through the plugin registry,
       ``trt.get_plugin_registry().load_library(path)`` (``IPluginRegistry::loadLibrary``, ``pyPlugin.cpp`` main
@@ -88,6 +90,7 @@ def load(trt: Any, paths: tuple[Path, ...], versioned: bool) -> list[Any]:
     :raises BuildError: TensorRT refused a library, or one changed on disk that this process cannot unload
     """
     handles = []
+    how = "registry" if versioned else "dlopen"
     with _LOCK:
         for path in paths:
             real, digest = os.path.realpath(path), sha256_file(path)[0]
@@ -95,9 +98,10 @@ def load(trt: Any, paths: tuple[Path, ...], versioned: bool) -> list[Any]:
             if held and held["digest"] != digest:
                 _unload(trt, path, held)
             held["digest"] = digest
-            how = "registry" if versioned else "dlopen"
-            if how not in held:
-                held[how] = _registry_load(trt, path) if versioned else ctypes.CDLL(real, mode=ctypes.RTLD_GLOBAL)
+            if how not in held:  # a copy of a loaded library elsewhere holds the same creators: its handle serves
+                same = next((h[how] for h in _LOADED.values() if h.get("digest") == digest and how in h), None)
+                held[how] = same if same is not None else (
+                    _registry_load(trt, path) if versioned else ctypes.CDLL(real, mode=ctypes.RTLD_GLOBAL))
             handles.append(held[how])
     return handles
 
@@ -119,7 +123,11 @@ def _unload(trt: Any, path: Path, held: dict[str, Any]) -> None:
                          "cannot be unloaded (its creators stay registered)",
                          hint="run the build in a new process (a new trtwarm command) so the new library is loaded")
     if "registry" in held:
-        trt.get_plugin_registry().deregister_library(held.pop("registry"))
+        handle = held["registry"]
+        trt.get_plugin_registry().deregister_library(handle)
+        for other in _LOADED.values():  # a copy elsewhere that shared the handle lost its creators with it
+            if other.get("registry") is handle:
+                del other["registry"]
 
 
 def serialize_plugins(config: Any, parser: Any, paths: tuple[Path, ...]) -> list[str]:
