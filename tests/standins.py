@@ -381,9 +381,10 @@ def tensorrt(standins: Path, version: str = "10.16.1.11", dist: str | None = Non
 
 # --- ONNX Runtime -----------------------------------------------------------------------------------------------------
 
-ONNXRUNTIME = '''"""Stand-in for onnxruntime-gpu with its TensorRT EP. As ONNX Runtime documents it, the EP takes every setting
-from its provider options when given any (tensorrt_execution_provider.cc: `if (info.has_trt_options)`), and reads
-ORT_TENSORRT_* only when given none (Python passes no options struct for an empty dict: GenerateProviderOptionsMap).
+ONNXRUNTIME = '''"""Stand-in for onnxruntime-gpu with its TensorRT EP. As ONNX Runtime's source has it, the EP
+takes every setting from its provider options when given any (tensorrt_execution_provider.cc:
+`if (info.has_trt_options)`), and reads ORT_TENSORRT_* only when given none (Python passes no options struct for an
+empty dict: GenerateProviderOptionsMap).
 The "engine" is a string of the settings it was built with, embedded in the EPContext model; each session's
 options are recorded in $STANDIN_ORT_LOG."""
 import json, os

@@ -60,7 +60,8 @@ def _optional(nvml: Any, name: str, *args: Any) -> Any:
 
 def _speed(nvml: Any, handle: Any) -> dict[str, Any]:
     """What CUDA's default device order is approximated from (:mod:`trtwarm.node.cudaorder`): the CUDA cores
-    (``nvmlDeviceGetNumGpuCores``) and the maximum SM clock in MHz (``nvmlDeviceGetMaxClockInfo``, ``NVML_CLOCK_SM``)."""
+    (``nvmlDeviceGetNumGpuCores``) and the maximum SM clock in MHz (``nvmlDeviceGetMaxClockInfo``,
+    ``NVML_CLOCK_SM``)."""
     cores = _optional(nvml, "nvmlDeviceGetNumGpuCores", handle)
     clock = _optional(nvml, "nvmlDeviceGetMaxClockInfo", handle, getattr(nvml, "NVML_CLOCK_SM", 1))
     return {"cores": int(cores) if cores else None, "sm_clock_mhz": int(clock) if clock else None}
