@@ -154,9 +154,10 @@ def ep_tensorrt_version(environ: Mapping[str, str]) -> tuple[str, str | None]:
     if told is None:
         raise ConfigError(f"--ort-provider tensorrt: ONNX Runtime would load {found}, whose version cannot be read "
                           f"here ({why}) and whose file name names only its major", hint=_FIND_HINT)
-    log.warning("cannot read the version from %s here (%s): keyed by %s, what its %s says; a plan of another "
-                "TensorRT build is caught by the load check (a rebuild)", found, why, told,
-                "wheel" if own else "file name")
+    exact = canonical_version(told) is not None  # a wheel's four numbers; a file name carries three
+    log.log(logging.DEBUG if exact else logging.WARNING, "cannot read the version from %s here (%s): keyed by %s, "
+            "what its %s says%s", found, why, told, "wheel" if own else "file name",
+            "" if exact else "; a plan of another build of it is caught by the load check (a rebuild)")
     return _canonical(told), cuda
 
 
