@@ -137,3 +137,9 @@ def test_two_products_the_order_cannot_tell_apart_exit_2(tmp_path: Path, model: 
     assert "Traceback" not in err
     code, device, err = gpu_key(tmp_path, model, standins, CUDA_VISIBLE_DEVICES="1", CUDA_DEVICE_ORDER="PCI_BUS_ID")
     assert code == 0 and device["product"] == "NVIDIA A100-SXM4-80GB", err
+
+
+def test_a_device_order_cuda_does_not_know_is_taken_as_its_default(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, "trtwarm.gpu"):
+        assert pick([A100, H100], CUDA_VISIBLE_DEVICES="0", CUDA_DEVICE_ORDER="pci_bus_id") is H100
+    assert "CUDA_DEVICE_ORDER='pci_bus_id' is neither FASTEST_FIRST nor PCI_BUS_ID" in caplog.text

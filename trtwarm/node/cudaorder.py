@@ -63,7 +63,7 @@ def order(gpus: Sequence[Any], mode: str) -> list[list[Any]]:
     device comes after the block before it only where it is clearly slower than every device there
     (:func:`clearly_before`); else it joins that block, whose order NVML cannot tell. Each block in PCI bus order.
     A block of one product keys alike whatever CUDA does inside it."""
-    by_bus = sorted(gpus, key=lambda g: g.pci_bus_id)
+    by_bus = sorted(gpus, key=lambda g: g.pci_bus_id.lower())
     if mode == "PCI_BUS_ID":
         return [[g] for g in by_bus]
     ranked = sorted(by_bus, key=lambda g: (tuple(g.compute_capability), throughput(g) or 0), reverse=True)
@@ -73,7 +73,7 @@ def order(gpus: Sequence[Any], mode: str) -> list[list[Any]]:
             blocks[-1].append(gpu)
         else:
             blocks.append([gpu])
-    return [sorted(block, key=lambda g: g.pci_bus_id) for block in blocks]
+    return [sorted(block, key=lambda g: g.pci_bus_id.lower()) for block in blocks]
 
 
 def device_order(environ: Mapping[str, str]) -> str:
