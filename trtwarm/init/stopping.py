@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 
@@ -34,32 +33,25 @@ def stop_on_signals() -> None:
         signal.signal(sig, handler)
 
 
-def exit_now_if_build_left(code: int) -> None:
-    """End the process at once with *code* (``os._exit``) if a cancelled TensorRT build is still running in a thread
-    (it did not stop within :data:`~trtwarm.builders.tensorrt.progress.CANCEL_GRACE_SECONDS`); else return.
+def build_left_running(code: int) -> bool:
+    """Whether a cancelled TensorRT build is still running in a thread (it did not stop within
+    :data:`~trtwarm.builders.tensorrt.progress.CANCEL_GRACE_SECONDS`); if so, says that the process exits now with
+    *code*, and the caller must end it with ``os._exit`` (:func:`trtwarm.cli.main.run` does).
 
-    Called when the command has returned, i.e. when the stop has unwound as usual: the staging directory removed, the
+    Asked when the command has returned, i.e. when the stop has unwound as usual: the staging directory removed, the
     locks released, the termination message written. A normal exit would then tear the interpreter down under a
     thread inside TensorRT, which can crash with another exit code than 143 (130), or hang.
     """
     if "trtwarm.builders.tensorrt.progress" not in sys.modules:  # no TensorRT build ran in this process
-        return
+        return False
     from trtwarm.builders.tensorrt.progress import CANCEL_GRACE_SECONDS, left_running
 
-    running = left_running()
-    if not running:
-        return
+    if not left_running():
+        return False
     log.error("exiting with %d now: the cancelled TensorRT build is still inside TensorRT %.0f s after it was "
               "cancelled, and is not waited for (its staging directory is removed, nothing was published)", code,
               CANCEL_GRACE_SECONDS)
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            if stream is not None:
-                stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
+    return True
 
 
-__all__ = ["exit_now_if_build_left", "stop_on_signals"]
+__all__ = ["build_left_running", "stop_on_signals"]

@@ -16,9 +16,9 @@ staging removed, nothing published).
 
 A build still inside TensorRT :data:`CANCEL_GRACE_SECONDS` after that (a tactic that never asks ``step_complete``)
 is recorded (:func:`left_running`) and the exception goes on all the same: the stop unwinds as usual (staging
-removed, locks released, termination message written), then :func:`trtwarm.init.stopping.exit_now_if_build_left`
-ends the process with ``os._exit``, since an interpreter torn down under a thread inside TensorRT can crash with
-another exit code than 143.
+removed, locks released, termination message written), then the process ends with ``os._exit``
+(:func:`trtwarm.init.stopping.build_left_running`), since an interpreter torn down under a thread inside TensorRT
+can crash with another exit code than 143.
 """
 
 from __future__ import annotations
