@@ -15,10 +15,12 @@ from typing import Any
 
 from trtwarm.builders.base import Builder, dist_witnesses
 from trtwarm.builders.ort_tensorrt import (
+    PINNED_OPTIONS,
     check_context_model,
     check_ort_for_tensorrt,
     ep_options,
     ep_tensorrt_version,
+    ignored_environment,
     ort_cuda_major,
     warmup_shapes,
 )
@@ -26,6 +28,7 @@ from trtwarm.errors import BuildError, ConfigError, EntryInvalid
 from trtwarm.model import ModelFacts
 
 log = logging.getLogger("trtwarm.build")
+_SAID: set[str] = set()  # the ignored variables already named in this process's log
 PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider", "tensorrt": "TensorrtExecutionProvider"}
 _DTYPES = {"float": "float32", "float16": "float16", "double": "float64", "int64": "int64", "int32": "int32",
            "int8": "int8", "uint8": "uint8", "bool": "bool", "bfloat16": "float32"}
@@ -67,15 +70,18 @@ class OrtBuilder(Builder):
 
     def identity(self) -> dict[str, Any]:
         """Name, distribution and exact version of ONNX Runtime, and the execution provider; with the TensorRT EP also
-        the TensorRT it loads and its provider options (the context model embeds a TensorRT engine)."""
+        the TensorRT it loads (all four numbers), its provider options and the options pinned at ONNX Runtime's
+        defaults, which keep every ``ORT_TENSORRT_*`` variable out (the context model embeds a TensorRT engine)."""
         dist, version = ort_version()
         doc: dict[str, Any] = {"name": "onnxruntime", "version": version, "distribution": dist,
                                "provider": self._provider(), "graph_optimization": "all"}
-        if self.epcontext:  # the CUDA major: ORT's build (one CUDA runtime per process), else the TensorRT wheel's
-            doc["tensorrt"], wheel_cuda = ep_tensorrt_version(self.settings.environ)
-            doc["cuda"] = ort_cuda_major() or wheel_cuda
+        if self.epcontext:  # the CUDA major: ORT's build (one CUDA runtime per process), else the TensorRT's
+            options = dict(sorted(self._ep_options().items()))  # first: a name the EP cannot take is refused as such
+            doc["tensorrt"], trt_cuda = ep_tensorrt_version(self.settings.environ)
+            doc["cuda"] = ort_cuda_major() or trt_cuda
             check_ort_for_tensorrt(version, doc["tensorrt"])
-            doc["ep_options"] = dict(sorted(self._ep_options().items()))
+            doc["ep_options"] = options
+            doc["ep_pinned_options"] = dict(sorted(PINNED_OPTIONS.items()))
             doc["ep_context"] = {"embed_mode": 1, "cpu_fallback": False}
         return doc
 
@@ -98,10 +104,17 @@ class OrtBuilder(Builder):
         return super().gpu_lock_id() if self.epcontext else None
 
     def _providers(self) -> list[Any]:
-        """The provider list; the TensorRT EP gets its optimization profile from ``--shape``."""
+        """The provider list; the TensorRT EP always gets options (:data:`PINNED_OPTIONS`, so it reads none from the
+        environment) and its optimization profile from ``--shape``."""
         provider = self._provider()
-        options = self._ep_options() if provider == PROVIDERS["tensorrt"] else {}
-        return [(provider, options)] if options else [provider]
+        if provider != PROVIDERS["tensorrt"]:
+            return [provider]
+        ignored = [name for name in ignored_environment(self.settings.environ) if name not in _SAID]
+        if ignored:
+            _SAID.update(ignored)
+            log.warning("ignoring %s: trtwarm passes the TensorRT EP explicit options, and with options it reads "
+                        "no ORT_TENSORRT_* variable (the key holds every option it builds with)", ", ".join(ignored))
+        return [(provider, {**PINNED_OPTIONS, **self._ep_options()})]
 
     def _session(self, path: Path, options: Any) -> Any:
         import onnxruntime as ort

@@ -2,16 +2,19 @@
 whether a build really produced a context model. Pure (no onnxruntime-gpu needed), so tested everywhere.
 
 * The EPContext model embeds a TensorRT engine, so the key holds the TensorRT the EP will load: the
-  ``libnvinfer.so.<major>`` the dynamic loader finds (``LD_LIBRARY_PATH``, then the system library directories;
-  a versioned real file name such as ``libnvinfer.so.10.16.1`` names it), else the installed ``tensorrt`` wheel.
+  ``libnvinfer.so.<major>`` the dynamic loader finds (the provider library's RUNPATH, ``LD_LIBRARY_PATH``, the
+  system library directories, the pip wheel's ``tensorrt_libs``), all four of its version numbers read from the
+  library itself (:func:`.tensorrt.library.versions`), and the CUDA major the EP runs on (ONNX Runtime's build, else
+  the TensorRT wheel's ``cuN`` or what the library links).
+* The EP never takes a setting from the environment: every session gets the explicit option set
+  :data:`PINNED_OPTIONS` (plus the profiles), and with any option given the EP reads no ``ORT_TENSORRT_*``
+  variable (see :data:`PINNED_OPTIONS`), so two Pods with different variables cannot share an entry built
+  differently.
 * With dynamic input dimensions the EP may build the engine, and dump the context model, only at the first inference
   (ORT's ``tensorrt_execution_provider.cc`` compute function rebuilds on new shapes), so trtwarm requires ``--shape``
   for every dynamic input and runs one inference at the opt shapes before it looks for the file.
 * An embedded engine stands for the whole model only when TensorRT took every node (one ``EPContext`` node,
   domain ``com.microsoft``, in the dumped graph: ``CreateCtxModel`` in ORT's ``onnx_ctx_model_helper.cc``).
-* The version is read to the same three parts from both sources (a library file is named ``libnvinfer.so.10.16.1``,
-  a wheel ``10.16.1.11``), so one TensorRT keys alike however it was installed; with the CUDA major the EP runs on
-  (ONNX Runtime's build, else the TensorRT wheel's ``cuN``), so ``tensorrt-cu12-libs`` and ``-cu13-libs`` differ.
 * The EP's profile options cannot name every input: ``MakeInputNameShapePair`` reads a name up to the first ``:`` and
   ``ParseProfileShapes`` splits the list at every ``,`` with no escape (``tensorrt_execution_provider_utils.h``), so
   such names (``x:0`` from tf2onnx) are refused before anything is built.
@@ -19,22 +22,45 @@ whether a build really produced a context model. Pure (no onnxruntime-gpu needed
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trtwarm.model import ShapeSpec
+from trtwarm.builders.tensorrt import library
+from trtwarm.builders.tensorrt.compat import canonical_version
+from trtwarm.builders.tensorrt.cudamajor import from_dist
 from trtwarm.errors import BuildError, ConfigError
-from trtwarm.model import InputInfo
+from trtwarm.model import InputInfo, ShapeSpec
 
-SYSTEM_LIB_DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib",
-                   "/usr/local/tensorrt/lib", "/usr/local/lib")
+log = logging.getLogger("trtwarm.build")
+_FIND_HINT = ("pip install the tensorrt wheel the image uses (e.g. tensorrt-cu12-libs==10.16.1.11), or put TensorRT's "
+              "lib directory (with libnvinfer.so.10.x.y) on LD_LIBRARY_PATH")
+
 #: onnxruntime releases whose TensorRT EP is built against each TensorRT major (1.27: the first for TensorRT 11)
 MIN_ORT = {10: (1, 18), 11: (1, 27)}
 _DISTS = ("tensorrt-cu13-libs", "tensorrt-cu12-libs", "tensorrt-cu13", "tensorrt-cu12", "tensorrt")
 VERSION_PARTS = 3  # what a library file name carries: libnvinfer.so.<major>.<minor>.<patch>
+#: The TensorRT EP's options trtwarm always passes, each at ONNX Runtime's own default. Passing any option is what
+#: keeps the environment out: Python hands the EP an options struct only for a non-empty dict
+#: (``GenerateProviderOptionsMap`` in ``onnxruntime/python/onnxruntime_pybind_state.cc`` skips empty ones, and then
+#: ``TensorrtProviderFactoryCreator::Create(device_id)`` sets ``has_trt_options = false``); the factory for a struct
+#: sets ``info.has_trt_options = true`` (``CreateExecutionProviderFactory`` in ``tensorrt_provider_factory.cc``);
+#: and the EP's constructor (``TensorrtExecutionProvider::TensorrtExecutionProvider`` in
+#: ``tensorrt_execution_provider.cc``) takes every setting from the struct under ``if (info.has_trt_options)`` and
+#: reads the ``ORT_TENSORRT_*`` variables (FP16, INT8, workspace, engine cache, profiles, ...) only in its ``else``
+#: branch, as ``CreateTensorRTCustomOpDomainList`` does ``ORT_TENSORRT_EXTRA_PLUGIN_LIB_PATHS``. Unnamed options take
+#: the struct's defaults of the ONNX Runtime version, which the key holds. All of these exist since onnxruntime 1.16.
+PINNED_OPTIONS = {"device_id": "0", "trt_fp16_enable": "False", "trt_int8_enable": "False",
+                  "trt_engine_cache_enable": "False", "trt_timing_cache_enable": "False",
+                  "trt_builder_optimization_level": "3", "trt_max_partition_iterations": "1000",
+                  "trt_min_subgraph_size": "1", "trt_layer_norm_fp32_fallback": "False",
+                  "trt_sparsity_enable": "False"}
+#: variables the EP reads only when it is given no options (``tensorrt_env_vars`` in
+#: ``tensorrt_execution_provider.h``): set, they are ignored, and trtwarm says so
+ENV_PREFIXES = ("ORT_TENSORRT_", "ORT_DUMP_EP_CONTEXT_MODEL", "ORT_EP_CONTEXT_")
 
 
 def _numbers(text: str) -> tuple[int, ...]:
@@ -83,41 +109,79 @@ def check_profile_names(shapes: tuple[ShapeSpec, ...]) -> None:
 
 
 def libnvinfer_version(dirs: list[str]) -> str | None:
-    """The TensorRT version of the first ``libnvinfer.so.<major>`` in *dirs* whose real file name carries it
-    (``libnvinfer.so.10 -> libnvinfer.so.10.16.1``); None when none is found or no name says more than the major."""
-    for directory in dirs:
-        for major in (11, 10):
-            link = Path(directory) / f"libnvinfer.so.{major}"
-            if not link.exists():
-                continue
-            real = Path(os.path.realpath(link)).name
-            match = re.fullmatch(r"libnvinfer\.so\.(\d+(?:\.\d+)+)", real)
-            if match and match.group(1).count(".") >= 2:
-                return match.group(1)
-            return None  # the loader would take this one, and its name says nothing more: ask the wheel
-    return None
+    """The TensorRT version the file name of the first ``libnvinfer.so.<major>`` in *dirs* carries
+    (``libnvinfer.so.10 -> libnvinfer.so.10.16.1``: three numbers at most); None when none is found or its name
+    says no more than the major."""
+    found = library.find(dirs, (11, 10))
+    return None if found is None else _name_version(found)
+
+
+def _name_version(found: Path) -> str | None:
+    match = re.fullmatch(r"libnvinfer\.so\.(\d+(?:\.\d+)+)", Path(os.path.realpath(found)).name)
+    return match.group(1) if match and match.group(1).count(".") >= 2 else None
+
+
+def _provider_library() -> list[Path]:
+    """ONNX Runtime's TensorRT provider library, whose RUNPATH the loader follows to ``libnvinfer`` (not imported)."""
+    where = library.package_dir("onnxruntime")
+    return sorted((where / "capi").glob("libonnxruntime_providers_tensorrt.so*")) if where is not None else []
 
 
 def ep_tensorrt_version(environ: Mapping[str, str]) -> tuple[str, str | None]:
-    """``(version, CUDA major of its wheel or None)`` of the TensorRT the EP will load here, the version as
-    ``major.minor.patch`` from either source. :raises ConfigError: none can be found (exit 2)."""
+    """``(version, CUDA major or None)`` of the TensorRT the EP will load here.
+
+    The ``libnvinfer.so.<major>`` the dynamic loader finds for the provider library (its RUNPATH,
+    ``LD_LIBRARY_PATH``, the system directories, then the pip wheel's ``tensorrt_libs``), its four numbers read
+    from the library itself (:func:`.library.versions`); where it cannot be loaded here (e.g. a dependency this
+    process cannot find), the numbers its wheel or its file name carry (three), with a warning; no library at all:
+    the installed ``tensorrt`` wheel's. The CUDA major: the wheel's ``cuN`` for the wheel's library, else what the
+    library links. :raises ConfigError: nothing tells (exit 2)
+    """
+    found = library.find(library.search_dirs(environ, _provider_library(), wheel_first=False), (11, 10))
+    wheel = _wheel()
+    if found is None:
+        if wheel is None:
+            raise ConfigError("--ort-provider tensorrt: cannot tell which TensorRT ONNX Runtime will load (no "
+                              "libnvinfer.so on LD_LIBRARY_PATH or in the system library directories, no tensorrt "
+                              "wheel)", hint=_FIND_HINT)
+        return _canonical(wheel[0]), wheel[1]
+    own = wheel if wheel is not None and _in_wheel(found) else None
+    numbers, why = library.versions(found)
+    cuda = own[1] if own else library.cuda_major(found)[0]
+    if numbers is not None:
+        return ".".join(map(str, numbers)), cuda
+    told = own[0] if own else _name_version(found)
+    if told is None:
+        raise ConfigError(f"--ort-provider tensorrt: ONNX Runtime would load {found}, whose version cannot be read "
+                          f"here ({why}) and whose file name names only its major", hint=_FIND_HINT)
+    exact = canonical_version(told) is not None  # a wheel's four numbers; a file name carries three
+    log.log(logging.DEBUG if exact else logging.WARNING, "cannot read the version from %s here (%s): keyed by %s, "
+            "what its %s says%s", found, why, told, "wheel" if own else "file name",
+            "" if exact else "; a plan of another build of it is caught by the load check (a rebuild)")
+    return _canonical(told), cuda
+
+
+def _wheel() -> tuple[str, str | None] | None:
+    """``(version, CUDA major of its name)`` of the installed TensorRT wheel, or None."""
     from importlib import metadata
 
-    dirs = [d for d in environ.get("LD_LIBRARY_PATH", "").split(":") if d] + list(SYSTEM_LIB_DIRS)
-    found = libnvinfer_version(dirs)
-    if found:
-        return _three(found), None
     for dist in _DISTS:
         try:
-            version = metadata.version(dist)
+            return metadata.version(dist), from_dist(dist)
         except metadata.PackageNotFoundError:
             continue
-        cuda = re.search(r"-cu(\d+)", dist)
-        return _three(version), (cuda[1] if cuda else None)
-    raise ConfigError("--ort-provider tensorrt: cannot tell which TensorRT ONNX Runtime will load (no versioned "
-                      "libnvinfer.so on LD_LIBRARY_PATH or in the system library directories, no tensorrt wheel)",
-                      hint="pip install the tensorrt wheel the image uses (e.g. tensorrt-cu12-libs==10.16.1.11), or "
-                      "put TensorRT's lib directory (with libnvinfer.so.10.x.y) on LD_LIBRARY_PATH")
+    return None
+
+
+def _in_wheel(found: Path) -> bool:
+    wheel_dir = library.package_dir("tensorrt_libs")
+    return wheel_dir is not None and Path(os.path.realpath(found)).parent == Path(os.path.realpath(wheel_dir))
+
+
+def _canonical(text: str) -> str:
+    """All four numbers where *text* has them (``10.16.01.11`` -> ``10.16.1.11``), else its leading numbers
+    (``10.16.1``, ``10.7.0.post1`` -> ``10.7.0``)."""
+    return canonical_version(text) or _three(text)
 
 
 def check_ort_for_tensorrt(ort_version: str, tensorrt_version: str) -> None:
@@ -130,8 +194,14 @@ def check_ort_for_tensorrt(ort_version: str, tensorrt_version: str) -> None:
                           f"onnxruntime {want} or newer", hint=f"pip install 'onnxruntime-gpu>={want}'")
 
 
+def ignored_environment(environ: Mapping[str, str]) -> list[str]:
+    """The EP's own variables set in *environ*, which it ignores since trtwarm always passes options."""
+    return sorted(name for name in environ if name.startswith(ENV_PREFIXES) and name != "ORT_TENSORRT_UNAVAILABLE")
+
+
 def ep_options(shapes: tuple[ShapeSpec, ...]) -> dict[str, str]:
-    """The TensorRT EP's provider options trtwarm sets (they change the embedded engine, so they are in the key)."""
+    """The TensorRT EP's profile options from ``--shape`` (they change the embedded engine, so they are in the key;
+    every session gets :data:`PINNED_OPTIONS` besides)."""
     if not shapes:
         return {}
     check_profile_names(shapes)
@@ -175,6 +245,6 @@ def check_context_model(path: Path) -> None:
                          "--ort-provider cuda")
 
 
-__all__ = ["MIN_ORT", "VERSION_PARTS", "check_context_model", "check_ort_for_tensorrt", "check_profile_names",
-           "ep_options", "ep_tensorrt_version", "foreign_nodes", "libnvinfer_version", "ort_cuda_major",
-           "warmup_shapes"]
+__all__ = ["ENV_PREFIXES", "MIN_ORT", "PINNED_OPTIONS", "VERSION_PARTS", "check_context_model",
+           "check_ort_for_tensorrt", "check_profile_names", "ep_options", "ep_tensorrt_version", "foreign_nodes",
+           "ignored_environment", "libnvinfer_version", "ort_cuda_major", "warmup_shapes"]

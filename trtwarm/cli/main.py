@@ -282,7 +282,10 @@ def run(argv: Sequence[str] | None = None) -> NoReturn:
     """
     args = list(sys.argv[1:] if argv is None else argv)
     code = main(args)
-    if args and args[0] in FAST_EXIT:
+    from trtwarm.init.stopping import build_left_running
+
+    # a cancelled build still inside TensorRT: os._exit too, whatever the command, after the usual unwinding
+    if build_left_running(code) or (args and args[0] in FAST_EXIT):
         logging.shutdown()
         for stream in (sys.stdout, sys.stderr):
             try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 
 from trtwarm.errors import Interrupted, Terminated
 
@@ -32,4 +33,25 @@ def stop_on_signals() -> None:
         signal.signal(sig, handler)
 
 
-__all__ = ["stop_on_signals"]
+def build_left_running(code: int) -> bool:
+    """Whether a cancelled TensorRT build is still running in a thread (it did not stop within
+    :data:`~trtwarm.builders.tensorrt.progress.CANCEL_GRACE_SECONDS`); if so, says that the process exits now with
+    *code*, and the caller must end it with ``os._exit`` (:func:`trtwarm.cli.main.run` does).
+
+    Asked when the command has returned, i.e. when the stop has unwound as usual: the staging directory removed, the
+    locks released, the termination message written. A normal exit would then tear the interpreter down under a
+    thread inside TensorRT, which can crash with another exit code than 143 (130), or hang.
+    """
+    if "trtwarm.builders.tensorrt.progress" not in sys.modules:  # no TensorRT build ran in this process
+        return False
+    from trtwarm.builders.tensorrt.progress import CANCEL_GRACE_SECONDS, left_running
+
+    if not left_running():
+        return False
+    log.error("exiting with %d now: the cancelled TensorRT build is still inside TensorRT %.0f s after it was "
+              "cancelled, and is not waited for (its staging directory is removed, nothing was published)", code,
+              CANCEL_GRACE_SECONDS)
+    return True
+
+
+__all__ = ["build_left_running", "stop_on_signals"]

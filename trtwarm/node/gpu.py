@@ -1,9 +1,10 @@
 """GPU identity through NVML (``nvidia-ml-py``, module ``pynvml``): no CUDA context is created.
 
 :func:`detect` reads every NVML device (and MIG device), then :func:`select` picks the one this container builds
-on: the first device CUDA would see, honouring ``CUDA_VISIBLE_DEVICES`` and ``NVIDIA_VISIBLE_DEVICES``, matched by
-UUID rather than by index (NVML and CUDA enumerate in different orders; with indices we assume CUDA's
-``PCI_BUS_ID`` order).
+on: CUDA's device 0, honouring ``NVIDIA_VISIBLE_DEVICES`` (which devices the container has), then
+``CUDA_VISIBLE_DEVICES`` and ``CUDA_DEVICE_ORDER`` as CUDA does (:mod:`trtwarm.node.cudaorder`: a UUID names the
+device; an index counts in CUDA's order, PCI bus order or the default fastest-first, which NVML's facts can only
+approximate, so an index among different products that the approximation cannot order is refused).
 
 ``NVIDIA_VISIBLE_DEVICES`` comes in every form the NVIDIA device plugin's ``deviceListStrategy`` produces
 (k8s-device-plugin README; container-toolkit docs "Specialized configurations with Docker"): ``all``; ``none`` (no
@@ -48,6 +49,11 @@ class GpuInfo:
     mig_profile: str | None = None
     driver_version: str = ""
     cuda_driver_version: int = 0
+    cores: int | None = None  # CUDA cores (nvmlDeviceGetNumGpuCores): with the clock, CUDA's device order
+    sm_clock_mhz: int | None = None  # maximum SM clock (nvmlDeviceGetMaxClockInfo)
+    parent_uuid: str | None = None  # a MIG instance's GPU, GPU instance and compute instance (MIG-GPU-<uuid>/gi/ci)
+    gpu_instance: int | None = None
+    compute_instance: int | None = None
 
     @property
     def memory_gib(self) -> int | None:
@@ -107,27 +113,47 @@ def _nvidia_visible(value: str | None, devices_dir: Path) -> list[str] | None:
 
 
 def _pick(gpus: list[GpuInfo], wanted: list[str] | None) -> list[GpuInfo]:
+    """The devices ``NVIDIA_VISIBLE_DEVICES`` gives this container (by UUID or a prefix of one), in its order."""
     if wanted is None:
         return gpus
-    by_index = sorted(gpus, key=lambda g: g.pci_bus_id)
     chosen = []
     for item in wanted:
-        if item.isdigit():
-            if int(item) < len(by_index):
-                chosen.append(by_index[int(item)])
-            continue
-        match = [g for g in gpus if g.uuid == item or g.uuid.startswith(item)]  # CUDA accepts UUID prefixes
+        match = [g for g in gpus if g.uuid == item or g.uuid.startswith(item)]
         chosen.extend(match[:1])
     return chosen
 
 
+def _cuda_device0(visible: list[GpuInfo], environ: Mapping[str, str]) -> GpuInfo | None:
+    """CUDA's device 0 among the container's *visible* devices (:mod:`trtwarm.node.cudaorder`); None: CUDA sees
+    none (the first ``CUDA_VISIBLE_DEVICES`` entry is invalid or names no device here)."""
+    from trtwarm.node import cudaorder
+
+    value = environ.get("CUDA_VISIBLE_DEVICES")
+    entries, mode = _visible(value), cudaorder.device_order(environ)
+    if not visible or entries == []:
+        return None
+    if entries is None:  # unset: CUDA's device 0; of one product, the first NVML lists (any keys alike)
+        device = cudaorder.at(visible, 0, mode, "CUDA device 0 (CUDA_VISIBLE_DEVICES unset)")
+        if device is None or mode == "PCI_BUS_ID":
+            return device
+        return next(g for g in visible if cudaorder.product(g) == cudaorder.product(device))
+    first = entries[0]  # the sequence is enumerated in its order: its first entry is device 0
+    if re.fullmatch(r"-?\d+", first):
+        index = int(first)
+        return cudaorder.at(visible, index, mode, f"CUDA_VISIBLE_DEVICES={value}") if index >= 0 else None
+    if first.upper().startswith(("GPU-", "MIG-")):
+        return cudaorder.by_uuid(visible, first)
+    return None  # an invalid entry: CUDA shows no device from it on
+
+
 def select(gpus: list[GpuInfo], environ: Mapping[str, str], devices_dir: Path = VOLUME_MOUNTS_DIR) -> GpuInfo:
-    """Return the GPU CUDA device 0 would be, given the visible-devices variables.
+    """Return the GPU CUDA device 0 would be, given the visible-devices variables and ``CUDA_DEVICE_ORDER``.
 
     *devices_dir* is where the ``volume-mounts`` strategy lists device ids when ``NVIDIA_VISIBLE_DEVICES`` is a path
     (always :data:`VOLUME_MOUNTS_DIR` in a Pod; a parameter so tests can use a real directory elsewhere).
 
-    :raises ConfigError: no GPU is visible (exit 2), with a hint about the Pod's ``nvidia.com/gpu`` request
+    :raises ConfigError: no GPU is visible (exit 2), with a hint about the Pod's ``nvidia.com/gpu`` request; or a
+        GPU whose place in CUDA's order cannot be told among different products (exit 2)
     """
     nvidia = _nvidia_visible(environ.get("NVIDIA_VISIBLE_DEVICES"), devices_dir)
     if nvidia == []:
@@ -136,10 +162,10 @@ def select(gpus: list[GpuInfo], environ: Mapping[str, str], devices_dir: Path = 
     candidates = [g for g in gpus if g.mig_profile] or gpus  # with MIG on, CUDA only sees MIG devices
     if nvidia and any(v.upper().startswith("MIG-") for v in nvidia):
         candidates = [g for g in gpus if g.mig_profile]
-    chosen = _pick(_pick(candidates, nvidia), _visible(environ.get("CUDA_VISIBLE_DEVICES")))
-    if not chosen:
+    chosen = _cuda_device0(_pick(candidates, nvidia), environ)
+    if chosen is None:
         raise ConfigError("no GPU is visible to this container", hint=_NO_GPU_HINT)
-    return chosen[0]
+    return chosen
 
 
 def key_fields(gpu: GpuInfo, hardware_compat: str = "none", platform: str | None = None) -> dict[str, Any]:

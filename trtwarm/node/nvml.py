@@ -52,6 +52,21 @@ def _placement(nvml: Any, handle: Any) -> tuple[tuple[int, int] | None, str]:
     return (tuple(cc) if cc else None), (pci if isinstance(pci, str) else pci.decode())  # type: ignore[return-value]
 
 
+def _optional(nvml: Any, name: str, *args: Any) -> Any:
+    """``nvml.<name>(*args)``, or None where the binding lacks the function (older ``nvidia-ml-py``) or NVML refuses."""
+    call = getattr(nvml, name, None)
+    return None if call is None else _ask(nvml, lambda: call(*args), name)
+
+
+def _speed(nvml: Any, handle: Any) -> dict[str, Any]:
+    """What CUDA's default device order is approximated from (:mod:`trtwarm.node.cudaorder`): the CUDA cores
+    (``nvmlDeviceGetNumGpuCores``) and the maximum SM clock in MHz (``nvmlDeviceGetMaxClockInfo``,
+    ``NVML_CLOCK_SM``)."""
+    cores = _optional(nvml, "nvmlDeviceGetNumGpuCores", handle)
+    clock = _optional(nvml, "nvmlDeviceGetMaxClockInfo", handle, getattr(nvml, "NVML_CLOCK_SM", 1))
+    return {"cores": int(cores) if cores else None, "sm_clock_mhz": int(clock) if clock else None}
+
+
 def _info(nvml: Any, handle: Any, system: dict[str, Any]) -> dict[str, Any] | None:
     """One device's facts, or None when NVML will not name it (its UUID, name or compute capability)."""
     name = _ask(nvml, lambda: nvml.nvmlDeviceGetName(handle), "device name")
@@ -62,18 +77,20 @@ def _info(nvml: Any, handle: Any, system: dict[str, Any]) -> dict[str, Any] | No
                     name, uuid, cc)
         return None
     return {"uuid": uuid, "name": name, "compute_capability": cc, "memory_bytes": _memory(nvml, handle),
-            "pci_bus_id": pci, **system}
+            "pci_bus_id": pci, **_speed(nvml, handle), **system}
 
 
 def _mig_children(nvml: Any, handle: Any, system: dict[str, Any]) -> list[dict[str, Any]]:
     mode = _ask(nvml, lambda: nvml.nvmlDeviceGetMigMode(handle), "MIG mode")  # refused: not MIG-capable
     if mode is None or mode[0] != nvml.NVML_DEVICE_MIG_ENABLE:
         return []
-    children = []
+    children, parent = [], _ask(nvml, lambda: nvml.nvmlDeviceGetUUID(handle), "device UUID")
     for i in range(_ask(nvml, lambda: nvml.nvmlDeviceGetMaxMigDeviceCount(handle), "MIG device count") or 0):
         child = _ask(nvml, lambda: nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, i), "MIG device")
         info = _info(nvml, child, system) if child is not None else None  # None: an unpopulated MIG slot
-        if info is not None:
+        if info is not None:  # what names it in CUDA_VISIBLE_DEVICES=MIG-GPU-<uuid>/<gi>/<ci>
+            info.update(parent_uuid=parent, gpu_instance=_optional(nvml, "nvmlDeviceGetGpuInstanceId", child),
+                        compute_instance=_optional(nvml, "nvmlDeviceGetComputeInstanceId", child))
             children.append(info)
     return children
 

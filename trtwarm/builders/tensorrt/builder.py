@@ -14,10 +14,12 @@ import functools
 import hashlib
 import importlib.util
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
 from trtwarm.builders.base import Builder, dist_witnesses
+from trtwarm.builders.tensorrt.cudamajor import cuda_major, from_dist, installed_library
 from trtwarm.builders.tensorrt.compat import (
     ConfigPlan,
     built_on,
@@ -101,13 +103,37 @@ class TensorRTBuilder(Builder):
         return data, hashlib.sha256(data).hexdigest()
 
     def identity(self) -> dict[str, Any]:
-        """TensorRT's exact version and the CUDA major of its wheel (None where the distribution does not say).
+        """TensorRT's exact version and the CUDA major it runs on (:attr:`cuda`).
 
         Not the distribution's name itself: the same TensorRT from ``tensorrt`` or ``tensorrt-cu12-bindings``
         builds the same engines.
         """
-        cuda = next((part[2:] for part in self._dist.split("-") if part[:2] == "cu" and part[2:].isdigit()), None)
-        return {"name": "tensorrt", "version": self._version, "cuda": cuda}
+        return {"name": "tensorrt", "version": self._version, "cuda": self.cuda}
+
+    @functools.cached_property
+    def cuda(self) -> str:
+        """The CUDA major: a declared ``+cuN``, else what the installed TensorRT says (:mod:`.cudamajor`). A declared
+        one must agree with the installed TensorRT where that tells. :raises ConfigError: neither says it (exit 2)"""
+        declared = from_dist(self._dist) if self.settings.tensorrt_version else None
+        if importlib.util.find_spec("tensorrt") is None:
+            if declared:
+                return declared
+            raise ConfigError(f"--tensorrt-version {self._version} does not say which CUDA major the server's "
+                              "TensorRT runs on, and no TensorRT is installed here to tell: a key without it would be "
+                              "shared by the CUDA 12 and CUDA 13 builds of this TensorRT",
+                              hint=f"give it: --tensorrt-version {self._version}+cu12 (or +cu13)")
+        dist = tensorrt_version()[0] if self.settings.tensorrt_version else self._dist
+        try:
+            found, why = cuda_major(dist, self._version, self.settings.environ)
+        except ConfigError:
+            if declared:
+                return declared
+            raise
+        if declared and declared != found:
+            raise ConfigError(f"--tensorrt-version {self._version}+cu{declared} differs from the installed TensorRT, "
+                              f"which runs on CUDA {found} ({why})",
+                              hint="drop --tensorrt-version where TensorRT is installed, or match the server's")
+        return found
 
     def device_probe(self) -> tuple[str, str]:
         """This container's GPU whatever ``--device`` says (:attr:`gpu_info` reads it once through NVML)."""
@@ -122,7 +148,9 @@ class TensorRTBuilder(Builder):
             return None
         found = dist_witnesses(self._dist)
         calibration = [self.settings.calibration_cache] if self.settings.calibration_cache else []
-        return None if found is None else [*found, *self.settings.plugins, *calibration]
+        nvinfer = installed_library(self._version, self.settings.environ)  # what the CUDA major may be read from
+        libraries = [nvinfer, Path(os.path.realpath(nvinfer))] if nvinfer else []
+        return None if found is None else [*found, *libraries, *self.settings.plugins, *calibration]
 
     @property
     def version(self) -> str:

@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 
 from trtwarm.builders.tensorrt.compat import ConfigPlan
 from trtwarm.builders.tensorrt.logger import capturing_logger
-from trtwarm.builders.tensorrt.plugins import load_for_serialization, serialize_plugins
+from trtwarm.builders.tensorrt.plugins import serialize_plugins
 from trtwarm.builders.tensorrt.progress import ProgressLog, progress_monitor, run_cancellable
 from trtwarm.builders.tensorrt.runtime import ready
 from trtwarm.builders.tensorrt.timing_cache import TimingCacheFile
@@ -232,8 +232,7 @@ def build_plan(trt: Any, logger: Any, job: BuildJob) -> bool:
 
 def _build(trt: Any, logger: Any, job: BuildJob) -> bool:
     versioned = "VERSION_COMPATIBLE" in job.plan.set_flags
-    ready(trt, logger, () if versioned else job.plugins)  # a version-compatible build loads them through the registry
-    handles = load_for_serialization(trt, job.plugins) if versioned and job.plugins else []
+    handles = ready(trt, logger, job.plugins, versioned)  # a version-compatible build: through the registry
     builder = trt.Builder(logger)
     net = network(trt, builder, job.plan)
     parser = parse(trt, net, logger, job.model)

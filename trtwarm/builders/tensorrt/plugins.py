@@ -10,20 +10,30 @@ loaded with ``load_library`` and every library TensorRT names is serialized into
 only libraries that export its entry points, ``setLoggerFinder`` and ``getPluginCreators`` (``getCreators`` for
 IPluginV3), the TensorRT developer guide's "Plugin Shared Libraries": which :func:`check_serializable` reads from
 the library's dynamic symbol table without loading it (loading would run its code before any build).
+
+Each library is loaded once per process (:func:`load`): TensorRT's registry refuses one loaded twice, and a batch
+(``warm --list``, ``prebuild``) builds several engines in one process.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
-import struct
+import threading
 from pathlib import Path
 from typing import Any
 
+from trtwarm.builders.tensorrt.elf import exported_symbols
 from trtwarm.errors import BuildError, ConfigError
+from trtwarm.fs.ops import sha256_file
 
 ENTRY_POINTS = ("setLoggerFinder",)
 CREATOR_ENTRY_POINTS = ("getPluginCreators", "getCreators")  # IPluginV2 libraries, IPluginV3 libraries
-_TABLE_LIMIT = 64 << 20  # a dynamic symbol or string table larger than this is no plugin library's
+#: real path -> {"digest": SHA-256, "registry": load_library's handle, "dlopen": ctypes.CDLL}: what this process
+#: loaded (a handle must stay alive as long as TensorRT may call into the library: the life of the process); copies
+#: with one SHA-256 share a handle (their creators have the same names: the registry takes them once)
+_LOADED: dict[str, dict[str, Any]] = {}
+_LOCK = threading.Lock()
 
 
 def check_unique(paths: tuple[Path, ...]) -> None:
@@ -38,48 +48,13 @@ def check_unique(paths: tuple[Path, ...]) -> None:
             seen[ident] = path
 
 
-def exported_symbols(path: Path) -> set[str]:
-    """The defined symbols of an ELF64 little-endian shared object's ``.dynsym`` (x86_64 and aarch64 Linux).
-
-    :raises ValueError: not such a shared object (with what it is instead)
-    """
-    with open(path, "rb") as handle:
-        head = handle.read(64)
-        if head[:4] != b"\x7fELF":
-            raise ValueError("not an ELF file")
-        if head[4:6] != b"\x02\x01" or struct.unpack_from("<H", head, 16)[0] != 3:
-            raise ValueError("not a 64-bit little-endian shared object (ET_DYN)")
-        shoff, = struct.unpack_from("<Q", head, 0x28)
-        entsize, count = struct.unpack_from("<HH", head, 0x3A)
-        handle.seek(shoff)
-        sections = [struct.unpack_from("<IIQQQQIIQQ", handle.read(entsize)) for _ in range(count)]
-
-        def read(index: int) -> bytes:
-            _name, _type, _flags, _addr, offset, size = sections[index][:6]
-            if size > _TABLE_LIMIT:
-                raise ValueError("its symbol table is implausibly large")
-            handle.seek(offset)
-            return handle.read(size)
-
-        dynsym = next((i for i, sec in enumerate(sections) if sec[1] == 11), None)  # SHT_DYNSYM
-        if dynsym is None:
-            raise ValueError("it has no dynamic symbol table")
-        symbols, names = read(dynsym), read(sections[dynsym][6])  # sh_link: its string table
-    found = set()
-    for offset in range(0, len(symbols) - 23, 24):
-        name, _info, _other, shndx = struct.unpack_from("<IBBH", symbols, offset)
-        if name and shndx:  # defined here, not imported
-            found.add(names[name:names.index(b"\0", name)].decode("ascii", "replace"))
-    return found
-
-
 def check_serializable(paths: tuple[Path, ...]) -> None:
     """:raises ConfigError: a library ``IPluginRegistry.load_library`` would refuse, so it could not be serialized
     into a version-compatible engine (not a shared object, or without the entry points)."""
     for path in paths:
         try:
             symbols = exported_symbols(path)
-        except (OSError, ValueError, struct.error, IndexError) as exc:
+        except (OSError, ValueError) as exc:
             why = getattr(exc, "strerror", None) or str(exc) or "truncated"
             raise ConfigError(f"--plugin {path}: cannot be read as a plugin library ({why})",
                               hint="give the plugin's shared library (.so)") from None
@@ -93,19 +68,66 @@ def check_serializable(paths: tuple[Path, ...]) -> None:
                               "guide, Plugin Shared Libraries), or drop --version-compatible")
 
 
-def load_for_serialization(trt: Any, paths: tuple[Path, ...]) -> list[Any]:
-    """Load each library through the plugin registry (``trt.get_plugin_registry().load_library(path)``, the
-    binding of ``IPluginRegistry::loadLibrary``; ``pyPlugin.cpp``), as a version-compatible build needs.
-    :raises BuildError: TensorRT refused one (it returns no handle)."""
-    registry = trt.get_plugin_registry()
+def load(trt: Any, paths: tuple[Path, ...], versioned: bool) -> list[Any]:
+    """Make each ``--plugin`` library's creators available to this process's builds, loading each library once per
+    process (one handle per real path and content; a copy with the same SHA-256 elsewhere shares it): a batch
+    (``warm --list``, ``prebuild``) builds several engines in one process, and TensorRT refuses a library loaded
+    again.
+
+    * a ``--version-compatible`` build loads it through the plugin registry,
+      ``trt.get_plugin_registry().load_library(path)`` (``IPluginRegistry::loadLibrary``, ``pyPlugin.cpp`` main
+      L3851), which "will fail and return None if any of the plugins are already registered"
+      (``IPluginRegistryDoc.load_library``, ``pyPluginDoc.h``): so a library already loaded so is not loaded again;
+      its creators stay registered for every later build that names it;
+    * any other build opens it with ``dlopen`` (``ctypes.CDLL``, RTLD_GLOBAL; its static creators register
+      themselves), as ``trtexec --staticPlugins`` does.
+
+    A library whose file changed since this process loaded it (another SHA-256 at the same real path) is unloaded
+    first where TensorRT can (``deregister_library(handle)``, ``pyPlugin.cpp`` main L3853: "Any resources acquired
+    when the library was loaded will be released"); one opened with ``dlopen`` cannot be, and is refused.
+
+    :return: the handles (kept alive by this module for the life of the process)
+    :raises BuildError: TensorRT refused a library, or one changed on disk that this process cannot unload
+    """
     handles = []
-    for path in paths:
-        handle = registry.load_library(str(path))
-        if handle is None:
-            raise BuildError(f"TensorRT's plugin registry refused --plugin {path} (load_library returned nothing)",
-                             hint="see TensorRT's messages above; a creator it holds may already be registered")
-        handles.append(handle)
+    how = "registry" if versioned else "dlopen"
+    with _LOCK:
+        for path in paths:
+            real, digest = os.path.realpath(path), sha256_file(path)[0]
+            held = _LOADED.setdefault(real, {})
+            if held and held["digest"] != digest:
+                _unload(trt, path, held)
+            held["digest"] = digest
+            if how not in held:  # a copy of a loaded library elsewhere holds the same creators: its handle serves
+                same = next((h[how] for h in _LOADED.values() if h.get("digest") == digest and how in h), None)
+                held[how] = same if same is not None else (
+                    _registry_load(trt, path) if versioned else ctypes.CDLL(real, mode=ctypes.RTLD_GLOBAL))
+            handles.append(held[how])
     return handles
+
+
+def _registry_load(trt: Any, path: Path) -> Any:
+    handle = trt.get_plugin_registry().load_library(str(path))
+    if handle is None:
+        raise BuildError(f"TensorRT's plugin registry refused --plugin {path} (load_library returned nothing)",
+                         hint="see TensorRT's messages above: a creator it holds is already registered, e.g. by "
+                         "another library of this process or one it loaded before as a plain (not "
+                         "--version-compatible) build's plugin; build such engines in separate processes")
+    return handle
+
+
+def _unload(trt: Any, path: Path, held: dict[str, Any]) -> None:
+    """Forget what this process loaded from *path* before its content changed. :raises BuildError: a dlopen"""
+    if "dlopen" in held:
+        raise BuildError(f"--plugin {path} changed on disk after this process loaded it, and a loaded library "
+                         "cannot be unloaded (its creators stay registered)",
+                         hint="run the build in a new process (a new trtwarm command) so the new library is loaded")
+    if "registry" in held:
+        handle = held["registry"]
+        trt.get_plugin_registry().deregister_library(handle)
+        for other in _LOADED.values():  # a copy elsewhere that shared the handle lost its creators with it
+            if other.get("registry") is handle:
+                del other["registry"]
 
 
 def serialize_plugins(config: Any, parser: Any, paths: tuple[Path, ...]) -> list[str]:
@@ -120,4 +142,4 @@ def serialize_plugins(config: Any, parser: Any, paths: tuple[Path, ...]) -> list
     return libraries
 
 
-__all__ = ["check_serializable", "check_unique", "exported_symbols", "load_for_serialization", "serialize_plugins"]
+__all__ = ["check_serializable", "check_unique", "exported_symbols", "load", "serialize_plugins"]

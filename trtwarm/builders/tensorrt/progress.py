@@ -13,6 +13,12 @@ False). So :func:`run_cancellable` runs the build in a worker thread while the m
 SIGTERM's :class:`~trtwarm.errors.Terminated` arrives; it then marks the :class:`ProgressLog` cancelled, the
 monitor's next ``step_complete`` returns False, TensorRT ends the build, and the exception goes on (exit 143,
 staging removed, nothing published).
+
+A build still inside TensorRT :data:`CANCEL_GRACE_SECONDS` after that (a tactic that never asks ``step_complete``)
+is recorded (:func:`left_running`) and the exception goes on all the same: the stop unwinds as usual (staging
+removed, locks released, termination message written), then the process ends with ``os._exit``
+(:func:`trtwarm.init.stopping.build_left_running`), since an interpreter torn down under a thread inside TensorRT
+can crash with another exit code than 143.
 """
 
 from __future__ import annotations
@@ -119,10 +125,19 @@ def progress_monitor(trt: object, progress: ProgressLog) -> object | None:
     return Monitor()
 
 
+_LEFT_RUNNING: list[threading.Thread] = []  # cancelled builds that did not stop within the grace period
+
+
+def left_running() -> list[threading.Thread]:
+    """The cancelled builds of this process still running in their threads."""
+    return [thread for thread in _LEFT_RUNNING if thread.is_alive()]
+
+
 def run_cancellable(work: Callable[[], T], progress: ProgressLog, grace: float = CANCEL_GRACE_SECONDS) -> T:
     """``work()`` (a TensorRT build) in a worker thread; the calling (main) thread waits in Python so that SIGTERM and
     SIGINT arrive. On any exception while waiting: :meth:`ProgressLog.cancel`, wait up to *grace* seconds for the
-    build to end, and re-raise. :return: what *work* returned; :raises: what *work* raised."""
+    build to end (else record it in :func:`left_running`), and re-raise. :return: what *work* returned; :raises: what
+    *work* raised."""
     outcome: dict[str, object] = {}
     done = threading.Event()  # not Thread.join: after a join cut short by the signal's exception, a second join
     # returned at once while the thread still ran (observed on CPython 3.11, tests/test_tensorrt_order.py)
@@ -135,19 +150,22 @@ def run_cancellable(work: Callable[[], T], progress: ProgressLog, grace: float =
         finally:
             done.set()
 
-    threading.Thread(target=target, name="tensorrt-build", daemon=True).start()
+    worker = threading.Thread(target=target, name="tensorrt-build", daemon=True)
+    worker.start()
     try:
         while not done.wait(0.2):
             pass
     except BaseException:
         progress.cancel()
         log.warning("cancelling the TensorRT build (its progress monitor answers the next step with False)")
-        if not done.wait(grace):
-            log.warning("the TensorRT build did not stop within %.0f s; leaving it behind", grace)
+        if not done.wait(grace):  # a join with a bound (see ``done`` above for why not Thread.join)
+            _LEFT_RUNNING.append(worker)
+            log.error("the TensorRT build did not stop within %.0f s of being cancelled: this process removes its "
+                      "staging directory and exits without waiting for it", grace)
         raise
     if "error" in outcome:
         raise outcome["error"]  # type: ignore[misc]
     return outcome["value"]  # type: ignore[return-value]
 
 
-__all__ = ["CANCEL_GRACE_SECONDS", "ProgressLog", "progress_monitor", "run_cancellable"]
+__all__ = ["CANCEL_GRACE_SECONDS", "ProgressLog", "left_running", "progress_monitor", "run_cancellable"]

@@ -11,7 +11,6 @@ deserialize without it.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import logging
 import re
@@ -19,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from trtwarm.builders.tensorrt import plugins
 from trtwarm.errors import EntryInvalid
 
 log = logging.getLogger("trtwarm.build")
@@ -26,7 +26,6 @@ log = logging.getLogger("trtwarm.build")
 #: logger pointer globally (``plugin/api/inferPlugin.cpp`` release/10.16 L109: ``gLogger = logger``), so
 #: a logger collected afterwards would be a dangling pointer inside every plugin's log calls.
 _READY: dict[int, tuple[Any, Any]] = {}
-_LIBRARIES: dict[str, ctypes.CDLL] = {}
 #: layer-precision words as the engine inspector prints them ("Half", "Float", "Int8", ... and 11.x's "FP16")
 _PRECISION_WORDS = {"half": "FP16", "fp16": "FP16", "float": "FP32", "fp32": "FP32", "bf16": "BF16", "int8": "INT8",
                     "fp8": "FP8", "int4": "INT4", "fp4": "FP4", "int32": "INT32", "int64": "INT64", "bool": "BOOL"}
@@ -34,18 +33,18 @@ LAYER_LIMIT = 1000  # at most this many per-layer precisions in a manifest (it m
 NAME_LIMIT = 160  # fused layer names can run to kilobytes
 
 
-def ready(trt: Any, logger: Any, libraries: tuple[Path, ...] = ()) -> None:
-    """Register TensorRT's bundled plugins once per process, then load ``--plugin`` libraries (each once).
+def ready(trt: Any, logger: Any, libraries: tuple[Path, ...] = (), versioned: bool = False) -> list[Any]:
+    """Register TensorRT's bundled plugins once per process, then make the ``--plugin`` libraries' creators available
+    (each library loaded once per process, through the registry for a *versioned* build: :func:`.plugins.load`).
 
     ``trt.init_libnvinfer_plugins(logger, namespace)``: ``python/src/infer/pyPlugin.cpp`` L3933 (release/10.16 and
     main); its docstring: "This function should be called once before accessing the Plugin Registry".
+    :return: the libraries' handles
     """
     if id(trt) not in _READY:
         trt.init_libnvinfer_plugins(logger, "")
         _READY[id(trt)] = (trt, logger)
-    for path in libraries:
-        if str(path) not in _LIBRARIES:  # RTLD_GLOBAL: the library's static creators register themselves
-            _LIBRARIES[str(path)] = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+    return plugins.load(trt, libraries, versioned) if libraries else []
 
 
 def deserialize(trt: Any, logger: Any, blob: bytes, libraries: tuple[Path, ...], host_code: bool) -> tuple[Any, Any]:
