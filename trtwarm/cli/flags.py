@@ -47,7 +47,8 @@ def add_init_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "gpu"], help="command builder's device "
                    "(%(default)s: the GPU if NVML sees one)")
     p.add_argument("--tensorrt-version", metavar="VERSION[+cuN]", help="tensorrt builder: declare the exact "
-                   "TensorRT version (e.g. 10.16.1.11+cu12) instead of importing TensorRT (pull-only consumers)")
+                   "TensorRT version (e.g. 10.16.1.11+cu12) instead of importing TensorRT (pull-only consumers); the +cuN "
+                   "part is required where no TensorRT is installed or the installed one cannot tell its CUDA")
     p.add_argument("--log-format", default="text", choices=["text", "json"],
                    help="log lines on stderr as text or one JSON object each (%(default)s)")
 
