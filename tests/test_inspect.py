@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import shlex
+import signal
+import time
 from pathlib import Path
 
 import pytest
-from conftest import cmd_init_args, copy_command, entries, gated_build, ort_init_args, run_trtwarm, wait_until
+from conftest import (cmd_init_args, copy_command, debris, entries, gated_build, ort_init_args, run_trtwarm, spawn,
+                      wait_for_log, wait_until)
 
 from trtwarm.cli.demo import make_model
 
@@ -286,3 +289,26 @@ def test_ls_all_lists_a_quarantined_entry_in_the_same_words_as_the_others(model:
         [ok[k] for k in ("builder", "device", "precision", "shapes")] == [ok["builder"], ok["device"], "model",
                                                                           "input=8x16"]
     assert "corrupt" in (gone["problem"] or "") or "sha" in (gone["problem"] or "").lower()
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_stops_the_whole_warm_list(model: Path, cache: Path, tmp_path: Path, sig: int, code: int) -> None:
+    """SIGTERM during the first model's build stops the build and the list: the next model never starts, nothing is
+    left in staging, and the exit is the signal's (not the first model's error, then the next model built)."""
+    other = make_model(tmp_path / "models" / "other.onnx", seed=5)
+    listing = tmp_path / "models.json"
+    build = "sh -c 'echo started; sleep 300' {output}"
+    listing.write_text(json.dumps({
+        "defaults": {"builder": "command", "builder-version": "t1", "build-command": build, "device": "cpu"},
+        "models": [{"model": str(model)}, {"model": str(other)}]}))
+    handoff = tmp_path / "handoff"
+    proc = spawn(["warm", "--list", str(listing), "--cache-dir", str(cache), "--handoff-dir", str(handoff)])
+    wait_for_log(proc, "[build] started")
+    start = time.monotonic()
+    proc.send_signal(sig)
+    out, _ = proc.communicate(timeout=60)
+    text = proc.log.read_text()  # type: ignore[attr-defined]
+    assert proc.returncode == code, text
+    assert time.monotonic() - start < 5, text
+    assert "Traceback" not in text and "[2/2]" not in out + text and text.count("[build] started") == 1
+    assert debris(cache) == [] and entries(cache) == []

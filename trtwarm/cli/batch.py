@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm.config import Settings
-from trtwarm.errors import ConfigError, TrtwarmError, exit_code_for, hint_for
+from trtwarm.errors import ConfigError, Interrupted, TrtwarmError, exit_code_for, hint_for
 from trtwarm.cli.helptext import long_options, subcommands
 
 log = logging.getLogger("trtwarm.cli.batch")
@@ -106,6 +106,8 @@ def _warm_one(sub: argparse.ArgumentParser, ns: argparse.Namespace, item: Mappin
     start = time.monotonic()
     try:
         report = warm(Settings.from_namespace(_namespace(sub, ns, item, handoff), environ))
+    except Interrupted:  # SIGTERM/SIGINT stops the whole list, not this model (the next would start)
+        raise
     except TrtwarmError as exc:
         return {"model": str(item.get("model")), "result": "error", "exit_code": exit_code_for(exc),
                 "error": exc.message, "hint": hint_for(exc), "seconds": round(time.monotonic() - start, 3)}

@@ -28,6 +28,9 @@ LIFECYCLE = ("ls", "show", "stats", "verify", "gc", "rm")
 SIGNING = ("keys", "sign")
 COMMANDS = ("init", "key", "warm", "sidecar", *LIFECYCLE, *SIGNING, "remote", "prebuild", "prewarm", "selftest", "demo",
             "completion")
+#: the commands that build or pull: SIGTERM/SIGINT stops them cleanly (a build's process group, its staging directory,
+#: the locks), exit 143/130, instead of killing them outright
+STOPPABLE = ("init", "warm", "prebuild", "prewarm")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -229,7 +232,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     logsetup.setup(environ.get("TRTWARM_LOG_FORMAT", "text"))
     args = list(sys.argv[1:] if argv is None else argv)
     command = args[0] if args and args[0] in COMMANDS else None
-    if command == "init":  # as early as possible: a Pod deleted while its init starts still gets the message
+    if command in STOPPABLE:  # as early as possible: a Pod deleted while its init starts still gets the message
         from trtwarm.init.stopping import stop_on_signals
 
         stop_on_signals()

@@ -16,7 +16,7 @@ from typing import Any
 from trtwarm.cli.flags import remote_environ
 from trtwarm.cli.matrix import matrix_platforms, matrix_rows, settings_for
 from trtwarm.config import Settings
-from trtwarm.errors import ConfigError, TrtwarmError, exit_code_for, hint_for
+from trtwarm.errors import ConfigError, Interrupted, TrtwarmError, exit_code_for, hint_for
 from trtwarm.remote.backend import open_repository, parse_remote
 from trtwarm.remote.sync import RemoteSync
 
@@ -100,6 +100,8 @@ def _run_rows(rows: list[tuple[str, list[str]]], ns: argparse.Namespace, environ
                                     remote_push="required", handoff_dir=str(work / "handoff" / str(index)))
             sync = RemoteSync(remote, _store(settings), push="required") if remote is not None else None
             outcome = _one(label, settings, sync, keep)
+        except Interrupted:  # SIGTERM/SIGINT stops the whole matrix, not this row
+            raise
         except TrtwarmError as exc:
             codes.append(exit_code_for(exc))
             outcome = f"FAILED ({codes[-1]}): {exc.message}"
