@@ -4,6 +4,7 @@ values. */}}
 {{/* Guards for values that validate one by one but break together. */}}
 {{- define "trtwarm.checks" -}}
 {{- include "trtwarm.checksDayTwo" . }}
+{{- include "trtwarm.checkMounts" . }}
 {{- if and .Values.exporter.enabled (eq .Values.exporter.mode "native") (semverCompare "<1.29.0-0" .Capabilities.KubeVersion.Version) }}
 {{- fail "exporter.mode=native needs Kubernetes 1.29 or newer (native sidecars); set exporter.mode=legacy" }}
 {{- end }}
@@ -81,5 +82,21 @@ the workload (templates/validate.yaml). */}}
 {{- range $under }}{{ if hasPrefix (printf "%s/" .) $p }}{{ $bad = true }}{{ end }}{{ end }}
 {{- if $bad }}
 {{- fail (printf "%s=%q is the root or a system directory of the node: trtwarm would own and write it; use a directory of its own such as /var/lib/trtwarm/cache" .what .path) }}
+{{- end }}
+{{- end }}
+
+{{/* The cache, the hand-off and the model are mounted in trtwarm init (and the server) at their own paths: two at one
+path are refused by the API server, and one inside another hides it or is written where the other is read. */}}
+{{- define "trtwarm.checkMounts" -}}
+{{- $v := .Values }}
+{{- $paths := list (list "cache.mountPath" $v.cache.mountPath) (list "handoff.mountPath" $v.handoff.mountPath) (list "trtwarm init's /tmp" "/tmp") }}
+{{- if $v.engine.model.volume }}{{ $paths = append $paths (list "engine.model.mountPath" $v.engine.model.mountPath) }}{{ end }}
+{{- range $i, $a := $paths }}
+{{- range $b := slice $paths (add1 $i) }}
+{{- $x := clean (index $a 1) }}{{ $y := clean (index $b 1) }}
+{{- if or (eq $x $y) (hasPrefix (printf "%s/" (trimSuffix "/" $x)) $y) (hasPrefix (printf "%s/" (trimSuffix "/" $y)) $x) }}
+{{- fail (printf "%s=%q and %s=%q overlap: each needs a directory of its own (e.g. /models/cache, /trtwarm, /models/src)" (index $a 0) (index $a 1) (index $b 0) (index $b 1)) }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- end }}

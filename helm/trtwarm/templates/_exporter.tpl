@@ -49,7 +49,7 @@
     timeoutSeconds: {{ .Values.exporter.livenessProbe.timeoutSeconds }}
     failureThreshold: {{ .Values.exporter.livenessProbe.failureThreshold }}
   resources:
-    {{- toYaml .Values.exporter.resources | nindent 4 }}
+    {{- include "trtwarm.resources" .Values.exporter.resources | nindent 4 }}
   securityContext:
     {{- toYaml .Values.exporter.securityContext | nindent 4 }}
   volumeMounts:

@@ -104,7 +104,7 @@ the same GPU. */}}
 too: containers of one Pod may share a claim, so the engine is built on the device the server gets. */}}
 {{- $main := include "trtwarm.mainContainer" . | fromYamlArray | first -}}
 {{- with ($main.resources | default dict).claims }}{{ $_ := set $res "claims" (concat ($res.claims | default list) .) }}{{ end -}}
-{{- toYaml $res }}
+{{- include "trtwarm.resources" $res }}
 {{- end }}
 
 {{/* The service-account token, projected into trtwarm init only (for Events) when the Pod does not automount it. */}}

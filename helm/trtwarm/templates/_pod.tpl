@@ -3,6 +3,19 @@ Services publish. */}}
 
 {{/* The inference container: the user's, plus the engine env and the two mounts at the init container's paths,
 then `workload.containerExtra` merged over it as is. */}}
+{{/* A container's `resources` without the quantities given as null: `nvidia.com/gpu: null` removes the default GPU,
+and where Helm keeps the null (a `helm upgrade --reuse-values`: the key is not in the chart's values then) the API
+server must not get `nvidia.com/gpu: null`. */}}
+{{- define "trtwarm.resources" -}}
+{{- $res := deepCopy (. | default dict) }}
+{{- range $part := list "limits" "requests" }}
+{{- $q := index $res $part }}
+{{- if kindIs "map" $q }}{{ range $name, $v := $q }}{{ if kindIs "invalid" $v }}{{ $_ := unset $q $name }}{{ end }}{{ end }}
+{{- else if kindIs "invalid" $q }}{{ $_ := unset $res $part }}{{ end }}
+{{- end }}
+{{- toYaml $res }}
+{{- end }}
+
 {{- define "trtwarm.mainContainerBase" -}}
 {{- $c := .Values.workload.container -}}
 name: {{ $c.name }}
@@ -11,7 +24,7 @@ imagePullPolicy: {{ $c.image.pullPolicy }}
 {{- range $field := list "command" "args" "envFrom" "ports" "resources" "startupProbe" "readinessProbe" "livenessProbe" "lifecycle" "securityContext" }}
 {{- with index $c $field }}
 {{ $field }}:
-  {{- toYaml . | nindent 2 }}
+  {{- if eq $field "resources" }}{{ include "trtwarm.resources" . | nindent 2 }}{{ else }}{{ toYaml . | nindent 2 }}{{ end }}
 {{- end }}
 {{- end }}
 env:

@@ -36,7 +36,7 @@ envFrom:
 {{- $_ := set $res "limits" (merge (deepCopy ($res.limits | default dict)) $gpu) -}}
 {{- $_ := set $res "requests" (merge (deepCopy ($res.requests | default dict)) $gpu) -}}
 {{- end -}}
-{{- toYaml $res }}
+{{- include "trtwarm.resources" $res }}
 {{- end }}
 
 {{/* The Pod spec of one prebuild Job (dict "ctx" . "product" "NVIDIA-H100-80GB-HBM3" "config" "<ConfigMap>"). */}}

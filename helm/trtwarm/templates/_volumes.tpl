@@ -25,6 +25,8 @@ with its own hint, instead of crash-looping here. */}}
   command: ["sh", "-c"]
   args:
     - {{ printf "chown %v:%v %s && chmod 2775 %s || echo 'trtwarm-fix-permissions: cannot chown %s (an NFS export with root_squash?); give the directory to uid %v on the server' >&2" $uid $gid .Values.cache.mountPath .Values.cache.mountPath .Values.cache.mountPath $uid | quote }}
+  resources:
+    {{- include "trtwarm.resources" (.Values.cache.fixPermissions.resources | default dict) | nindent 4 }}
   securityContext:
     runAsUser: 0
     runAsNonRoot: false
