@@ -126,3 +126,12 @@ def test_a_new_value_reaches_a_reuse_values_upgrade_and_a_set_value_stays() -> N
     with tempfile.TemporaryDirectory() as tmp:
         fixer = container(pod_spec(objects(reuse_values_render(old, fix, Path(tmp)))), "trtwarm-fix-permissions")
     assert fixer["resources"]["limits"]["memory"] == "64Mi"  # added in 0.4.0, default filled in
+
+
+def test_every_template_adds_the_missing_defaults_before_it_reads_a_value() -> None:
+    """Helm renders the templates in an order of its own: each must fill the values in first, or one that reads a
+    value added since the release being upgraded fails on a --reuse-values upgrade."""
+    templates = [p for p in (CHART / "templates").rglob("*") if p.is_file() and not p.name.startswith("_")]
+    assert len(templates) >= 20
+    for path in templates:
+        assert path.read_text().startswith('{{- include "trtwarm.upgradeDefaults" . -}}\n'), path.name
