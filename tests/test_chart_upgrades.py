@@ -135,3 +135,25 @@ def test_every_template_adds_the_missing_defaults_before_it_reads_a_value() -> N
     assert len(templates) >= 20
     for path in templates:
         assert path.read_text().startswith('{{- include "trtwarm.upgradeDefaults" . -}}\n'), path.name
+
+
+def test_a_030_prewarm_upgrades_once_it_names_its_gpus(tmp_path: Path) -> None:
+    """0.3.0's pre-warm keyed through NVIDIA_VISIBLE_DEVICES=all; 0.4.0's needs the GPU classes: a --reuse-values
+    upgrade without them is refused naming prewarm.gpus, and one that adds them (`--set-json`, given on top of the
+    reused values) renders a DaemonSet per class in place of the old one."""
+    old = helm.Chart.load(str(next(p for p in RELEASES if p.stem.endswith("0.3.0"))))
+    config = {"cache": {"type": "hostPath", "hostPath": {"type": "Directory"}},
+              "remote": {"url": "s3://engines/prod", "tensorrtVersion": "10.16.1.11+cu12"},
+              "prewarm": {"enabled": True, "matrix": {"models": [{"model": "a.onnx"}]}}}
+    [before] = [o for o in objects(old.render(config, name="rel", namespace="ml")) if o["kind"] == "DaemonSet"]
+    with pytest.raises(helm.HelmError, match="prewarm.enabled needs prewarm.gpus"):
+        reuse_values_render(old, config, tmp_path)
+    gpus = [{"product": "NVIDIA L4", "computeCapability": "8.9", "memoryGiB": 22}]
+    chart = tmp_path / "trtwarm"
+    merged = helm.Chart.load(str(chart)).render({**config, "prewarm": {**config["prewarm"], "gpus": gpus}},
+                                                name="rel", namespace="ml", is_upgrade=True)
+    [after] = [o for o in objects(merged) if o["kind"] == "DaemonSet"]
+    assert after["metadata"]["name"] != before["metadata"]["name"]  # a new object: no immutable selector changes
+    assert after["spec"]["template"]["spec"]["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-L4"
+    env = [e["name"] for e in container(after["spec"]["template"]["spec"], "trtwarm-prewarm")["env"]]
+    assert "NVIDIA_VISIBLE_DEVICES" not in env
