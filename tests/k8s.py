@@ -24,18 +24,29 @@ CRD_REQUIRED = {  # prometheus-operator CRDs: not in the OpenAPI bundle; their r
 
 
 def render(values: dict[str, Any] | None = None, chart: Path = CHART, name: str = "rel",
-           namespace: str = "ml") -> dict[str, str]:
-    """Render *chart* with *values*: the ``helm`` CLI when it is on PATH, else Helm's Go SDK (helm-python-sdk)."""
+           namespace: str = "ml", kube_version: str | None = None) -> dict[str, str]:
+    """Render *chart* with *values* for Kubernetes *kube_version* (``helm template --kube-version``; default: the
+    engine's own, 1.36 for Helm 4.2): the ``helm`` CLI when it is on PATH, else Helm's Go SDK (helm-python-sdk)."""
     if shutil.which("helm"):
         with tempfile.NamedTemporaryFile("w", suffix=".yaml") as values_file:
             values_file.write(yaml.safe_dump(values or {}))
             values_file.flush()
-            out = subprocess.run(["helm", "template", name, str(chart), "-n", namespace, "-f", values_file.name],
-                                 capture_output=True, text=True, check=True).stdout
+            version = ["--kube-version", kube_version] if kube_version else []
+            out = subprocess.run(["helm", "template", name, str(chart), "-n", namespace, "-f", values_file.name,
+                                  *version], capture_output=True, text=True, check=True).stdout
         return {f"doc{i}": doc for i, doc in enumerate(out.split("\n---\n"))}
     import helm_python as helm
 
-    return helm.Chart.load(str(chart)).render(values or {}, name=name, namespace=namespace)
+    loaded = helm.Chart.load(str(chart))
+    if kube_version is None:
+        return loaded.render(values or {}, name=name, namespace=namespace)
+    # the SDK's render takes the engine's options as JSON; Chart.render does not pass kube_version on (0.2.2)
+    import json
+
+    from helm_python import _native
+
+    options = {"name": name, "namespace": namespace, "kube_version": kube_version}
+    return json.loads(_native.call_string("helm_render", loaded._raw(), json.dumps(values or {}), json.dumps(options)))
 
 
 def objects(rendered: dict[str, str]) -> list[dict[str, Any]]:

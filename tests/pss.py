@@ -55,12 +55,15 @@ def baseline(spec: dict[str, Any]) -> list[str]:
     return out
 
 
-def restricted(spec: dict[str, Any]) -> list[str]:
-    """Violations of the ``restricted`` profile (which includes baseline)."""
+def restricted(spec: dict[str, Any], minor: int = 37) -> list[str]:
+    """Violations of the ``restricted`` profile (which includes baseline) as Kubernetes 1.*minor* enforces it: image
+    volumes are admitted from 1.33 (kubernetes/kubernetes#130394 added ``volume.Image`` to
+    ``check_restrictedVolumes.go``; absent on release-1.32)."""
     out = baseline(spec)
     pod = spec.get("securityContext") or {}
+    allowed = RESTRICTED_VOLUMES | ({"image"} if minor >= 33 else set())
     out += [f"volume {v['name']}: type {sorted(set(v) - {'name'})}" for v in spec.get("volumes", [])
-            if not set(v) - {"name"} <= RESTRICTED_VOLUMES]
+            if not set(v) - {"name"} <= allowed]
     if pod.get("runAsUser") == 0:
         out.append("pod: runAsUser 0")
     for c in _containers(spec):

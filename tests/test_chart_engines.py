@@ -1,6 +1,7 @@
-"""Issue 30 in the chart: an engine image as a read-only seed tier (an image volume, or copied by its own init
-container where image volumes are missing), and the node pre-warm DaemonSet; rendered by Helm's engine and checked
-as the objects the API server would get."""
+"""The chart's engine images (a read-only seed tier: an image volume, or copied by the image's own init container
+where image volumes are missing) and node pre-warm DaemonSets (one per GPU class); rendered by Helm's engine and
+checked as the objects the API server would get. tests/test_chart_clusters.py has the cluster cases (versions, Pod
+Security, mounts); tests/test_prewarm_chart.py runs the rendered pre-warm."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ from k8s import CHART, container, flag, mounts, objects, pod_spec, render, valid
 
 helm = pytest.importorskip("helm_python", reason="helm-python-sdk is not installed (pip install '.[test]')")
 IMAGE = "registry.example/ml/engines:2026.12"
+H100 = {"product": "NVIDIA H100 80GB HBM3", "computeCapability": "9.0", "memoryGiB": 80}
 PREWARM = {"cache": {"type": "hostPath", "hostPath": {"type": "Directory"}},
            "remote": {"url": "oci://registry.example/ml/engines", "tensorrtVersion": "10.16.1.11+cu12"},
            "engine": {"model": {"volume": {"persistentVolumeClaim": {"claimName": "models"}}}},
-           "prewarm": {"enabled": True, "matrix": {"models": [{"model": "resnet50.onnx"}], "precision": ["fp16"]}}}
+           "prewarm": {"enabled": True, "matrix": {"models": [{"model": "resnet50.onnx"}], "precision": ["fp16"]},
+                       "gpus": [H100]}}
 
 
 def _objects(values: dict) -> list[dict]:
@@ -32,7 +35,7 @@ def test_an_engine_image_is_an_image_volume_the_init_reads_as_a_seed_tier() -> N
     assert validate(objs, [35, 36, 37]) == []  # image volumes: on by default from 1.35
     spec = pod_spec(objs)
     (volume,) = [v for v in spec["volumes"] if v["name"] == "trtwarm-engines"]
-    assert volume["image"] == {"reference": IMAGE, "pullPolicy": "Always"}
+    assert volume["image"] == {"reference": IMAGE, "pullPolicy": "Always"}  # a tag moves: always pulled
     init = container(spec, "trtwarm-init")
     assert flag(init, "seed-cache") == "/trtwarm-engines/cache"  # the image's layer holds cache/VERSION
     (mount,) = [m for m in init["volumeMounts"] if m["name"] == "trtwarm-engines"]
@@ -57,31 +60,39 @@ def test_without_image_volumes_the_engine_image_copies_its_tree_into_an_empty_di
 
 
 def test_engine_image_values_that_cannot_work_are_refused_at_render_time(capfd: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(helm.errors.HelmError, match="engines.image.mountPath must differ"):
+    with pytest.raises(helm.errors.HelmError, match="engines.image.mountPath=\"/models/cache\" overlaps cache"):
         render({"engines": {"image": {"reference": IMAGE, "mountPath": "/models/cache"}}})
-    # the SDK renders for one fixed Kubernetes version; lint takes another and logs a template's `fail` on stderr
+    # lint takes a Kubernetes version too and logs a template's `fail` on stderr
     helm.lint(str(CHART), {"engines": {"image": {"reference": IMAGE}}}, kube_version="v1.30.0")
-    assert "engines.image.mode=volume needs image volumes" in capfd.readouterr().err
+    assert "engines.image.mode=volume needs Kubernetes 1.35 or newer" in capfd.readouterr().err
     copying = helm.lint(str(CHART), {"engines": {"image": {"reference": IMAGE, "mode": "copy"}}},
                         kube_version="v1.30.0")
-    assert copying["errors"] == [] and "needs image volumes" not in capfd.readouterr().err
+    assert copying["errors"] == [] and "needs Kubernetes" not in capfd.readouterr().err
     with pytest.raises(helm.errors.HelmError, match="mode"):
         render({"engines": {"image": {"reference": IMAGE, "mode": "mount"}}})
 
 
-def test_prewarm_runs_on_every_gpu_node_without_holding_a_gpu_and_exports_what_the_node_holds() -> None:
+def test_prewarm_runs_on_the_gpu_nodes_of_its_class_without_any_gpu_access_and_exports_what_the_node_holds() -> None:
     objs = _objects(PREWARM)
     assert validate(objs, [29, 33, 37]) == []
     ds = _daemonset(objs)
     spec = ds["spec"]["template"]["spec"]
-    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    # pinned by GPU Feature Discovery's labels: a node without this GPU (or without any) gets no pre-warm Pod
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
     pull = container(spec, "trtwarm-prewarm")
-    assert pull["command"][:3] == ["trtwarm", "prewarm", "--matrix=/etc/trtwarm/matrix/matrix.json"]
-    assert "--cache-dir=/models/cache" in pull["command"]
+    assert pull["command"] == ["trtwarm", "prewarm", "--matrix=/etc/trtwarm/matrix/matrix.json",
+                               "--cache-dir=/models/cache", "--gpu-product=NVIDIA H100 80GB HBM3",
+                               "--gpu-compute-capability=9.0", "--gpu-memory-gib=80"]
     env = {e["name"]: e.get("value") for e in pull["env"]}
-    assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and env["TRTWARM_TENSORRT_VERSION"] == "10.16.1.11+cu12"
+    assert env["TRTWARM_TENSORRT_VERSION"] == "10.16.1.11+cu12"
     assert env["TRTWARM_REMOTE"] == "oci://registry.example/ml/engines"
-    assert not any(k.startswith("nvidia.com/") for part in pull["resources"].values() for k in part)
+    # no GPU: no device request, no NVIDIA_VISIBLE_DEVICES, no DRA claim, the image without a GPU library
+    assert not [e for e in pull["env"] if e["name"].startswith(("NVIDIA_", "CUDA_"))]
+    for c in spec["initContainers"] + spec["containers"]:
+        assert not any(k.startswith("nvidia.com/") for part in c["resources"].values() for k in part), c["name"]
+        assert "claims" not in c["resources"]
+    assert "resourceClaims" not in spec and "runtimeClassName" not in spec
+    assert pull["image"] == "ghcr.io/trtwarm/trtwarm-init-pull:0.1.0"
     assert mounts(pull)["trtwarm-model"] == "/models/src"  # the key needs the model's bytes
     (cache,) = [v for v in spec["volumes"] if v["name"] == "trtwarm-cache"]
     assert cache["hostPath"]["path"] == "/var/lib/trtwarm/cache"
@@ -109,11 +120,25 @@ def test_a_changed_prewarm_list_rolls_the_daemonset() -> None:
     ({"cache": {"type": "pvc"}}, "prewarm.enabled needs cache.type=hostPath"),
     ({"remote": {"url": ""}}, "prewarm.enabled needs remote.url"),
     ({"prewarm": {"matrix": {}}}, "prewarm.enabled needs prewarm.matrix"),
+    ({"prewarm": {"gpus": []}}, "prewarm.enabled needs prewarm.gpus"),
+    ({"prewarm": {"gpus": [H100, {**H100, "memoryGiB": 81}]}}, 'prewarm.gpus lists "NVIDIA H100 80GB HBM3" twice'),
+    ({"prewarm": {"gpus": [{**H100, "product": "NVIDIA H100 (80GB)"}]}}, "give its nodeSelector"),
+    ({"prewarm": {"gpus": [{**H100, "computeCapability": "9"}]}}, "computeCapability"),
+    ({"prewarm": {"gpus": [{"product": "NVIDIA H100 80GB HBM3", "computeCapability": "9.0"}]}}, "memoryGiB"),
+    ({"prewarm": {"gpus": [{**H100, "uuid": "GPU-1"}]}}, "uuid"),
+    ({"remote": {"tensorrtVersion": ""}}, "tensorrt rows and remote.tensorrtVersion is empty"),
+    ({"prewarm": {"matrix": {"models": [{"model": "a.onnx"}], "options": {"builder": "onnxruntime"}}}},
+     "prewarm.matrix has onnxruntime rows"),
+    ({"prewarm": {"matrix": {"models": [{"model": "a.onnx", "builder": "onnxruntime"}],
+                             "options": {"builder": "command"}}}}, "prewarm.matrix has onnxruntime rows"),
 ])
 def test_a_prewarm_that_could_not_work_is_refused_naming_the_value(change: dict, message: str) -> None:
     values = copy.deepcopy(PREWARM)
     for section, patch in change.items():
         values[section] = {**values[section], **patch}
+    with pytest.raises(helm.errors.HelmError, match=message):
+        render(values)
+    values.setdefault("workload", {})["enabled"] = False  # a parent chart including the templates: guarded too
     with pytest.raises(helm.errors.HelmError, match=message):
         render(values)
 

@@ -1,6 +1,6 @@
 """Issue 28: a property test over random value combinations of the chart (500, as the review used), rendered by
-Helm's engine. Every render that succeeds is valid for every supported Kubernetes version (1.29-1.37), names its
-objects uniquely and within their limits, and points every probe at a port its container has; a render that could
+Helm's engine for a Kubernetes version it draws (1.29-1.37). Every render that succeeds is valid for that version,
+names its objects uniquely and within their limits, and points every probe at a port its container has; a render that could
 never become Ready (a renamed port under the probe, a read-only consumer on a private emptyDir cache, the exporter
 on a server port) does not pass: it fails at `helm template` time with a message naming the values."""
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from k8s import CHART, objects, validate
+from k8s import objects, render, validate
 
 helm = pytest.importorskip("helm_python", reason="helm-python-sdk is not installed (pip install '.[test]')")
 hypothesis = pytest.importorskip("hypothesis", reason="hypothesis is not installed (pip install '.[test]')")
@@ -24,10 +24,13 @@ LIMITS = {"CronJob": 52, "StatefulSet": 52}
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 #: a message that names a value: `cache.type`, `exporter.port=8002`, `workload.container.readinessProbe...`, or
 #: the schema's `at '/cache/hostPath/path'`
-NAMES_A_VALUE = re.compile(r"\b(workload|engine|cache|exporter|gc|metrics|trust|remote|handoff|service|init)"
+NAMES_A_VALUE = re.compile(r"\b(workload|engines?|cache|exporter|gc|metrics|trust|remote|handoff|service|init|prewarm)"
                            r"(\.[A-Za-z]+)+|at '/[a-zA-Z]+/")
 PRODUCTS = ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb", "NVIDIA-A100-SXM4-80GB",
             "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb", "Tesla-T4", "NVIDIA-L4"]
+GPUS = [{"product": "NVIDIA H100 80GB HBM3", "computeCapability": "9.0", "memoryGiB": 80},
+        {"product": "NVIDIA H100 80GB HBM3 MIG 1g.10gb", "computeCapability": 9.0, "memoryGiB": 10},
+        {"product": "NVIDIA L4", "computeCapability": "8.9", "memoryGiB": 22}]
 RELEASES = st.one_of(st.sampled_from(["rel", "r" * 53, "trtwarm", "my-trtwarm", "a"]),
                      st.from_regex(r"[a-z][a-z0-9-]{0,51}[a-z0-9]", fullmatch=True))
 
@@ -71,12 +74,28 @@ def chart_values(draw: Any) -> dict[str, Any]:
                                   "matrix": {"models": [{"model": draw(st.sampled_from(["a.onnx", "b #1.onnx"]))}]}}
     gc_mode = draw(st.sampled_from(["none", "sidecar", "cronjob"]))
     metrics_on = draw(st.booleans())
+    digest = f"r.example/e@sha256:{'a' * 64}"
+    engines = {"image": {"reference": draw(st.sampled_from(["", "", "", "registry.example/e:1", digest])),
+                         "mode": draw(st.sampled_from(["volume", "copy", "copy"])),
+                         "mountPath": draw(st.sampled_from(["/trtwarm-engines"] * 5 + ["/models", "/trtwarm/triton",
+                                                                                      "/tmp", "/engines"]))}}
+    prewarm: dict[str, Any] = {"enabled": draw(st.sampled_from([False, False, False, True]))}
+    if prewarm["enabled"]:
+        prewarm["gpus"] = draw(st.lists(st.sampled_from(GPUS), max_size=3, unique_by=lambda g: g["product"]))
+        prewarm["matrix"] = {"models": [{"model": "a.onnx"}]}
+        if draw(st.sampled_from([True, True, False])):  # mostly a pre-warm that can work: a node cache, a repository
+            cache.update(type="hostPath", hostPath={"path": "/var/lib/trtwarm/cache", "type": "Directory"})
+            remote.setdefault("url", "oci://registry.example/engines")
+        if remote:
+            remote["tensorrtVersion"] = draw(st.sampled_from(["", "10.16.1.11+cu12", "10.16.1.11+cu12"]))
     return {
         "nameOverride": draw(st.sampled_from(["", "", "warm", "x" * 60])),
         "workload": {"kind": draw(st.sampled_from(["Deployment", "StatefulSet"])), "replicas": draw(st.integers(0, 3)),
                      "extraContainers": draw(st.sampled_from([[], [], [], [{"name": "proxy", "image": "envoy:1"}],
                                                               [{"name": "trtwarm-exporter", "image": "x:1"}]])),
-                     "podDisruptionBudget": {"enabled": draw(st.booleans())}, "container": container,
+                     "podDisruptionBudget": {"enabled": draw(st.booleans()),
+                                             "minAvailable": draw(st.sampled_from([""] * 6 + [1, "50%", "100%"]))},
+                     "container": container,
                      "runtimeClassName": draw(st.sampled_from(["", "nvidia"]))},
         "engine": {"builder": draw(st.sampled_from(["tensorrt", "onnxruntime"])),
                    "verify": draw(st.sampled_from(["digest", "stamp", "load"])), "readOnly": draw(st.booleans()),
@@ -96,6 +115,8 @@ def chart_values(draw: Any) -> dict[str, Any]:
         "service": {"enabled": draw(st.booleans())},
         "trust": trust,
         "remote": remote,
+        "engines": engines,
+        "prewarm": prewarm,
     }
 
 
@@ -119,18 +140,19 @@ def never_ready(values: dict[str, Any]) -> list[str]:
     return why
 
 
-def check_render(values: dict[str, Any], release: str) -> str:
-    """Render; check a success as the API server would take it, or a failure's message. Returns the outcome."""
+def check_render(values: dict[str, Any], release: str, minor: int) -> str:
+    """Render for Kubernetes 1.*minor*; check a success as that version's API server would take it, or a failure's
+    message. Returns the outcome."""
     blockers = never_ready(values)
     try:
-        rendered = helm.Chart.load(str(CHART)).render(values, name=release, namespace="ml")
+        rendered = render(values, name=release, kube_version=f"v1.{minor}.0")
     except helm.HelmError as exc:
         message = str(exc)
         assert NAMES_A_VALUE.search(message), message  # (the first guard that fires may be another one)
         return "refused for never-Ready" if any(b in message for b in blockers) else "refused"
     assert not blockers, f"{blockers} can never become Ready, yet it rendered"
     objs = objects(rendered)
-    assert validate(objs, SUPPORTED) == []
+    assert validate(objs, [minor]) == []
     seen = set()
     for obj in objs:
         name = obj["metadata"]["name"]
@@ -145,7 +167,7 @@ def check_render(values: dict[str, Any], release: str) -> str:
 
 
 def _pod_specs(obj: dict[str, Any]) -> list[dict[str, Any]]:
-    if obj["kind"] in ("Deployment", "StatefulSet", "Job"):
+    if obj["kind"] in ("Deployment", "StatefulSet", "Job", "DaemonSet"):
         return [obj["spec"]["template"]["spec"]]
     if obj["kind"] == "CronJob":
         return [obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]]
@@ -172,9 +194,9 @@ def test_500_random_value_combinations_render_valid_or_fail_naming_the_values() 
 
     @hypothesis.settings(max_examples=500, deadline=None, database=None, derandomize=True,
                          suppress_health_check=list(hypothesis.HealthCheck))
-    @hypothesis.given(chart_values(), RELEASES)
-    def check(values: dict[str, Any], release: str) -> None:
-        outcome = check_render(values, release)
+    @hypothesis.given(chart_values(), RELEASES, st.sampled_from(SUPPORTED))
+    def check(values: dict[str, Any], release: str, minor: int) -> None:
+        outcome = check_render(values, release, minor)
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
 
     check()

@@ -134,6 +134,31 @@ def test_the_post_renderer_wires_a_gpu_pod_like_the_chart() -> None:
         spec["volumes"]
 
 
+def test_the_post_renderer_gives_trtwarm_init_the_servers_dra_claims_like_the_chart() -> None:
+    """On a DRA cluster the GPU comes by resource claim, not by `nvidia.com/gpu`: containers of one Pod share a claim,
+    so trtwarm-init must name the server's claims (the chart copies them; so must the post-renderer) or it builds on
+    no GPU at all."""
+    claims = [{"name": "gpu"}, {"name": "shared", "request": "mig-1g"}]
+    server = {"name": "server", "image": "example/server:1", "resources": {"claims": claims}}
+    third = _third_party("web", [server])
+    third["spec"]["template"]["spec"]["resourceClaims"] = [
+        {"name": "gpu", "resourceClaimTemplateName": "h100"}, {"name": "shared", "resourceClaimName": "mig"}]
+    proc = _post_render([third], {}, "--target=web", "--container=server", "--model=/m.onnx")
+    assert proc.returncode == 0, proc.stderr
+    assert "&" not in proc.stdout and "*id" not in proc.stdout  # copied, not a YAML alias of the server's node
+    objs = [d for d in yaml.safe_load_all(proc.stdout) if d]
+    assert validate(objs, [33, 37]) == []
+    spec = pod_spec(objs)
+    init = container(spec, "trtwarm-init")
+    assert init["resources"]["claims"] == claims == container(spec, "server")["resources"]["claims"]
+    assert "claims" not in container(spec, "trtwarm-exporter")["resources"]  # the sidecar needs no GPU
+    chart = pod_spec(objects(render({"workload": {"containerExtra": {"resources": {"claims": claims}},
+                                                  "container": {"resources": {"limits": {"nvidia.com/gpu": None}}}}})))
+    assert container(chart, "trtwarm-init")["resources"]["claims"] == init["resources"]["claims"]
+    again = _post_render_text(proc.stdout, {}, "--target=web", "--container=server", "--model=/m.onnx")
+    assert again.returncode == 0 and again.stdout == proc.stdout  # idempotent
+
+
 @pytest.mark.parametrize("env,message", [
     ({"TRTWARM_CONTAINER": "server", "TRTWARM_MODEL": "/m.onnx"}, "missing --target"),
     ({"TRTWARM_TARGET": "api", "TRTWARM_CONTAINER": "server", "TRTWARM_MODEL": "/m.onnx"}, "matches ['api']"),

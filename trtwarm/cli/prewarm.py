@@ -1,11 +1,15 @@
 """``trtwarm prewarm --matrix FILE --remote URL``: fill this node's cache from the repository before Pods land.
 
-Each row of a prebuild matrix (``trtwarm prebuild``'s format) is resolved on this node (its GPU, its TensorRT or
-declared ``--tensorrt-version``), and its entry is pulled into ``--cache-dir`` unless the volume holds it already.
+Each row of a prebuild matrix (``trtwarm prebuild``'s format) is resolved for this node's GPU (the one given by
+``--gpu-product``, ``--gpu-compute-capability`` and ``--gpu-memory-gib``, which needs no GPU access and no device
+request; else the one NVML shows this container) and its TensorRT or declared ``--tensorrt-version``, and its entry is
+pulled into ``--cache-dir`` unless the volume holds it already. ``--remote`` is any backend ``init`` takes
+(``s3://`` or ``oci://``), with the same credentials.
 Nothing is ever built: a row the repository lacks is reported (``absent``) and left to the first Pod that needs it,
 which builds it as usual. Each pull takes the key's lock, so an init of the same key on this node waits for it
-instead of pulling it again. The chart's pre-warm DaemonSet runs this as an init container on every GPU node, then
-the sidecar, which exports what the volume holds.
+instead of pulling it again. The chart renders one pre-warm DaemonSet per GPU class (``prewarm.gpus``), pinned to its
+nodes by GPU Feature Discovery's labels, which runs this as an init container with that class's facts, then the
+sidecar, which exports what the volume holds.
 
 Exit status: 0 when every row is present, pulled or absent from the repository; else the first failure's code
 (13 an unreachable store, 10 a failing one, 11 credentials, 12 no bucket, 2 a bad matrix), so the kubelet retries
@@ -23,6 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from trtwarm.cli.flags import add_insecure_flag, add_remote_wait_flags, remote_environ
 from trtwarm.config import DEFAULT_CACHE_DIR
 from trtwarm.errors import ConfigError, RemoteError, TrtwarmError, exit_code_for, hint_for
 
@@ -37,22 +42,32 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("prewarm", help="pull this node's engines of a prebuild matrix into the cache (no build)")
     p.add_argument("--matrix", required=True, help="the prebuild matrix (JSON; `trtwarm prebuild`'s format)")
     p.add_argument("--remote", help="the repository: s3://BUCKET/PREFIX or oci://REGISTRY/REPOSITORY")
+    add_insecure_flag(p)
     p.add_argument("--cache-dir", default=str(DEFAULT_CACHE_DIR), help="the node's cache (%(default)s)")
+    p.add_argument("--gpu-product", metavar="NAME", help="key for this GPU instead of asking NVML (no GPU access "
+                   "needed): its name as NVML gives it, e.g. 'NVIDIA H100 80GB HBM3', a MIG slice 'NVIDIA H100 80GB "
+                   "HBM3 MIG 1g.10gb'; with --gpu-compute-capability and --gpu-memory-gib")
+    p.add_argument("--gpu-compute-capability", metavar="X.Y", help="the declared GPU's compute capability, e.g. 9.0")
+    p.add_argument("--gpu-memory-gib", metavar="GIB", help="the declared GPU's memory in whole GiB as the key holds "
+                   "it (a MIG slice: the slice's), or none")
     p.add_argument("--dry-run", action="store_true", help="say what would be pulled, change nothing")
     p.add_argument("--json", action="store_true", help="one JSON object per row on stdout")
     p.add_argument("--log-format", default="text", choices=["text", "json"])
+    add_remote_wait_flags(p)
     p.set_defaults(func=cmd_prewarm)
 
 
 def cmd_prewarm(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm prewarm``: one log line per row, a table (or JSON lines), the exit status described above."""
     from trtwarm.cli.matrix import matrix_rows, settings_for
-    from trtwarm.remote.url import parse
+    from trtwarm.remote.backend import parse_remote
 
     if not ns.remote:
         raise ConfigError("prewarm needs --remote (or TRTWARM_REMOTE)",
                           hint="the repository the prebuild Job pushes to: s3://BUCKET/PREFIX or oci://HOST/REPO")
-    parse(ns.remote, environ)  # a bad URL or AWS setting fails before any row
+    environ = remote_environ(ns, environ)  # the wait flags, for every row
+    remote = parse_remote(ns.remote, environ, insecure=ns.insecure_registry)  # a bad URL or setting: before any row
+    gpu = _declared_gpu(ns)
     rows = matrix_rows(Path(ns.matrix))
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="trtwarm-prewarm-") as work:
@@ -60,43 +75,68 @@ def cmd_prewarm(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
             start = time.monotonic()
             settings = settings_for(flags, environ, cache_dir=ns.cache_dir, remote=ns.remote, remote_push="off",
                                     handoff_dir=str(Path(work) / "handoff"))
-            row = _row(label, settings, ns.dry_run)
+            row = _row(label, settings, remote, gpu, ns.dry_run)
             row["seconds"] = round(time.monotonic() - start, 3)
             log.info("[%d/%d] %s: %s%s", index, len(rows), label, row["result"],
                      f" ({row['detail']})" if row.get("detail") else "")
             results.append(row)
     _print(results, ns.json)
+    _say_if_nothing_matched(results, gpu)
     failed = [r for r in results if r["result"] == "failed"]
     return int(failed[0]["exit"]) if failed else 0
 
 
-def _row(label: str, settings: Any, dry_run: bool) -> dict[str, Any]:
+def _declared_gpu(ns: argparse.Namespace) -> Any:
+    """The GPU of ``--gpu-*`` (:func:`trtwarm.node.gpu.declared`), or None: NVML's. :raises ConfigError: some of
+    the three facts given without the others, or malformed"""
+    from trtwarm.node.gpu import declared
+
+    facts = (ns.gpu_product, ns.gpu_compute_capability, ns.gpu_memory_gib)
+    if not any(facts):
+        return None
+    if not all(facts):
+        raise ConfigError("--gpu-product, --gpu-compute-capability and --gpu-memory-gib go together",
+                          hint="give all three (the key's device section names each), or none to ask NVML")
+    return declared(*facts)
+
+
+def _say_if_nothing_matched(results: list[dict[str, Any]], gpu: Any) -> None:
+    """A declared GPU whose every row is absent from the repository: most likely facts that are not the GPU's."""
+    if gpu is not None and results and all(r["result"] == "absent" for r in results):
+        log.warning("the repository has no engine of this matrix for %r (compute capability %d.%d, %s GiB): if "
+                    "engines were prebuilt for it, the declared facts differ from theirs; compare them with the "
+                    "key document's device section in `trtwarm remote ls --json` (chart: prewarm.gpus)", gpu.name,
+                    *gpu.compute_capability, gpu.memory_gib if gpu.memory_gib is not None else "unknown")
+
+
+def _row(label: str, settings: Any, remote: Any, gpu: Any, dry_run: bool) -> dict[str, Any]:
     """Resolve one row on this node and pull it unless present; a failure is reported in the row, not raised."""
     row: dict[str, Any] = {"row": label}
     try:
-        row.update(_pull(settings, dry_run))
+        row.update(_pull(settings, remote, gpu, dry_run))
     except TrtwarmError as exc:
         row.update(result="failed", exit=exit_code_for(exc), detail=exc.message)
         if hint_for(exc):
             log.error("hint: %s", hint_for(exc))
+        if gpu is None and isinstance(exc, ConfigError) and "GPU" in exc.message:
+            log.error("hint: the pre-warm needs no GPU of its own: name the node's GPU with --gpu-product, "
+                      "--gpu-compute-capability and --gpu-memory-gib (chart: prewarm.gpus)")
     return row
 
 
-def _pull(settings: Any, dry_run: bool) -> dict[str, Any]:
+def _pull(settings: Any, remote: Any, gpu: Any, dry_run: bool) -> dict[str, Any]:
     from trtwarm.init.plan import resolve
-    from trtwarm.remote.sync import RemoteSync
-    from trtwarm.remote.url import parse
+    from trtwarm.remote.sync import RemoteSync, bounded
     from trtwarm.volume.lock import BuildLock
 
-    plan = resolve(settings)
+    plan = resolve(settings, gpu=gpu)
     out = {"key": plan.key, "name": plan.name}
     store = plan.store
     if store.lookup(plan.key, plan.name, plan.load_check()) is not None:
         return {**out, "result": "present"}
     # strict: a failing store is this row's failure (nothing builds in its place here); the trust policy judges
     # the ref before a byte of it is fetched
-    sync = RemoteSync(parse(settings.remote, settings.environ), store, push="off", strict=True,
-                      verify_ref=plan.gate.check_ref)
+    sync = RemoteSync(bounded(remote, settings), store, push="off", strict=True, verify_ref=plan.gate.check_ref)
     if dry_run:
         ref = sync.repo.get_ref(plan.key)
         return {**out, "result": "would pull" if ref is not None else "absent"}

@@ -18,6 +18,7 @@ from trtwarm.builders.base import Builder, get_builder
 from trtwarm.config import Settings
 from trtwarm.errors import ConfigError
 from trtwarm.node.events import EventRecorder
+from trtwarm.node.gpu import GpuInfo
 from trtwarm.key import entry_name, key_document, key_of, model_fields, model_part
 from trtwarm.model import ModelFacts, check_model_path, unshaped_dynamic_inputs
 from trtwarm.trust.policy import Gate
@@ -158,9 +159,19 @@ def _node_memo(settings: Settings) -> Path | None:
     return settings.stamp_dir / "statcache"
 
 
-def resolve(settings: Settings, gate: Gate | None = None) -> Plan:
+def _builder(settings: Settings, gpu: GpuInfo | None) -> Builder:
+    """The row's builder; with *gpu*, one that keys for that declared GPU instead of asking NVML (a CPU build keeps
+    its CPU). Only for commands that never build: a build on another GPU than the key names would poison it."""
+    builder = get_builder(settings)
+    if gpu is not None and builder.device_probe()[0] != "cpu":
+        builder.gpu_info = gpu  # the cached NVML answer, given: what detect() reads on that GPU
+    return builder
+
+
+def resolve(settings: Settings, gate: Gate | None = None, gpu: GpuInfo | None = None) -> Plan:
     """Inspect the model and the builder and compute the key document, the key and the entry name. *gate*: the
-    trust policy's, when the caller loaded it already (``init`` does, before it touches the cache).
+    trust policy's, when the caller loaded it already (``init`` does, before it touches the cache). *gpu*: a
+    declared GPU (:func:`trtwarm.node.gpu.declared`) for ``prewarm``, which holds none; never for a build.
 
     :raises ModelError, ConfigError, VolumeError: bad model, bad configuration, unusable cache dir
     """
@@ -172,7 +183,7 @@ def resolve(settings: Settings, gate: Gate | None = None) -> Plan:
     layout = Layout(settings.cache_dir)
     layout.check()
     book = _stamps(settings, gate.mode != "off")
-    builder = get_builder(settings)
+    builder = _builder(settings, gpu)
     identity = builder.identity()
     read_only = settings.read_only or (layout.root.is_dir() and not os.access(layout.root, os.W_OK))
     memo, rehash, fallback = _memo_dir(layout, book, gate.mode != "off",

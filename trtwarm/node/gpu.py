@@ -62,6 +62,33 @@ class GpuInfo:
         return None if self.memory_bytes is None else round(self.memory_bytes / (1 << 30))
 
 
+#: what :func:`declared` accepts for a compute capability (``9.0``, ``12.1``)
+_CC = re.compile(r"^(\d{1,2})\.(\d{1,2})$")
+
+
+def declared(product: str, compute_capability: str, memory_gib: str) -> GpuInfo:
+    """A GPU named by its facts instead of read through NVML: a command that never builds (``trtwarm prewarm``, on a
+    node whose GPUs it does not hold) keys for it exactly as an init on that GPU does. *product* is the name NVML
+    gives (a MIG slice's includes ``MIG <profile>``, from which the profile is read as :func:`detect` reads it);
+    *memory_gib* the whole GiB of :attr:`GpuInfo.memory_gib`, or ``none`` where NVML reports no memory.
+
+    :raises ConfigError: a fact that is empty or malformed (exit 2)
+    """
+    hint = ("give the facts of the key's device section, e.g. --gpu-product 'NVIDIA H100 80GB HBM3' "
+            "--gpu-compute-capability 9.0 --gpu-memory-gib 80 (`trtwarm key --json` on that GPU prints them)")
+    name = str(product).strip()  # as NVML spells it, inner spaces included: the key compares it verbatim
+    if not name or len(name) > 256 or not name.isprintable():
+        raise ConfigError(f"--gpu-product {product!r} is not a GPU name", hint=hint)
+    match = _CC.match(str(compute_capability).strip())
+    if not match:
+        raise ConfigError(f"--gpu-compute-capability {compute_capability!r} is not MAJOR.MINOR (e.g. 9.0)", hint=hint)
+    memory = str(memory_gib).strip().lower()
+    if memory not in ("none", "unknown") and not (memory.isdigit() and 0 < int(memory) <= 1 << 16):
+        raise ConfigError(f"--gpu-memory-gib {memory_gib!r} is not a whole number of GiB (or none)", hint=hint)
+    size = None if memory in ("none", "unknown") else int(memory) << 30
+    return GpuInfo(f"GPU-declared-{name}", name, (int(match[1]), int(match[2])), size, mig_profile=mig_profile(name))
+
+
 def mig_profile(name: str) -> str | None:
     """Extract ``1g.10gb`` from a MIG device name like ``NVIDIA H100 80GB HBM3 MIG 1g.10gb``."""
     match = re.search(r"MIG\s+((?:\d+c\.)?\d+g\.\d+gb)", name, re.IGNORECASE)
@@ -227,5 +254,5 @@ def probe(choice: str, environ: Mapping[str, str]) -> GpuInfo | None:
     return None if choice == "auto" and not gpus else current(environ, gpus)
 
 
-__all__ = ["VOLUME_MOUNTS_DIR", "GpuInfo", "current", "detect", "key_fields", "lock_id", "mig_profile", "probe",
-           "select"]
+__all__ = ["VOLUME_MOUNTS_DIR", "GpuInfo", "current", "declared", "detect", "key_fields", "lock_id", "mig_profile",
+           "probe", "select"]

@@ -9,7 +9,8 @@ edited with a round-trip YAML library (ruamel.yaml), so its own values keep thei
 * appends ``trtwarm-exporter`` (a native sidecar) and ``trtwarm-init`` *after* the existing init containers (a model
   download runs first);
 * gives ``trtwarm-init`` the server container's ``nvidia.com/*`` requests and limits (``nvidia.com/gpu``, a MIG
-  resource, ...), so the kubelet hands the same GPU on to the server;
+  resource, ...), so the kubelet hands the same GPU on to the server, and its DRA resource claims
+  (``resources.claims``: containers of one Pod share a claim), so the init builds on the device the server gets;
 * uses the chart's security context for its containers (uid/gid 1000, non-root, read-only root, no privilege
   escalation, no capabilities, RuntimeDefault seccomp) and sets ``fsGroup`` (and ``fsGroupChangePolicy``) only where
   the Pod has none;
@@ -161,6 +162,9 @@ def _containers(ns: argparse.Namespace, server: dict[str, Any]) -> list[dict[str
     quoted = [_quoted(exporter), _quoted(init)]
     for part, gpu in _gpu(server).items():  # the server's own nodes, quoting and all
         quoted[1]["resources"][part].update(gpu)
+    claims = (server.get("resources") or {}).get("claims")
+    if claims:  # a copy: one node in two places would be written as a YAML anchor and alias
+        quoted[1]["resources"]["claims"] = copy.deepcopy(claims)
     return quoted
 
 
