@@ -29,7 +29,7 @@ from typing import Any
 
 from trtwarm.cli.flags import add_insecure_flag, add_remote_wait_flags, remote_environ
 from trtwarm.config import DEFAULT_CACHE_DIR
-from trtwarm.errors import ConfigError, RemoteError, TrtwarmError, exit_code_for, hint_for
+from trtwarm.errors import ConfigError, Interrupted, RemoteError, TrtwarmError, exit_code_for, hint_for
 
 log = logging.getLogger("trtwarm.cli.prewarm")
 
@@ -114,6 +114,8 @@ def _row(label: str, settings: Any, remote: Any, gpu: Any, dry_run: bool) -> dic
     row: dict[str, Any] = {"row": label}
     try:
         row.update(_pull(settings, remote, gpu, dry_run))
+    except Interrupted:  # SIGTERM/SIGINT stops the whole pre-warm, not this row
+        raise
     except TrtwarmError as exc:
         row.update(result="failed", exit=exit_code_for(exc), detail=exc.message)
         if hint_for(exc):
