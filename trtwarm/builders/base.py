@@ -57,6 +57,11 @@ class Builder(ABC):
         (``auto``: the GPU when NVML sees one). :raises ConfigError: a GPU is required and none is visible."""
         return gpu.probe(self.device_probe()[0], self.settings.environ)
 
+    def declare_gpu(self, info: gpu.GpuInfo) -> None:
+        """Key for the declared GPU *info* instead of asking NVML (``trtwarm prewarm``, which holds no GPU). Only for
+        commands that never build: a build on another GPU than its key names would poison the entry."""
+        self.__dict__["gpu_info"] = info  # the cached_property's slot: what it would have read on that GPU
+
     def device_probe(self) -> tuple[str, str]:
         """How :meth:`device` reads the device on every start: ``(choice, hardware_compat)`` for
         :func:`trtwarm.node.gpu.probe` and :func:`trtwarm.node.gpu.key_fields` (``cpu``: nothing to read). A repeat of

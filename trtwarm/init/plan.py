@@ -164,7 +164,7 @@ def _builder(settings: Settings, gpu: GpuInfo | None) -> Builder:
     its CPU). Only for commands that never build: a build on another GPU than the key names would poison it."""
     builder = get_builder(settings)
     if gpu is not None and builder.device_probe()[0] != "cpu":
-        builder.gpu_info = gpu  # the cached NVML answer, given: what detect() reads on that GPU
+        builder.declare_gpu(gpu)
     return builder
 
 
