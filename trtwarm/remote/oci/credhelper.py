@@ -2,8 +2,8 @@
 
 Which helper a registry gets, as Docker and ORAS decide: ``credHelpers[registry]`` (the registry's ``host[:port]``;
 ECR's ``docker-credential-ecr-login``, GCR's ``docker-credential-gcr``...), else ``credsStore``. The helper is run as
-``docker-credential-<name> get`` with the server on stdin (``host[:port]``; Docker Hub's ``https://index.docker.io/v1/``)
-and answers ``{"ServerURL": ..., "Username": ..., "Secret": ...}`` on stdout; a ``Username`` of ``<token>`` makes the
+``docker-credential-<name> get`` with the server on stdin (``host[:port]``; for Docker Hub
+``https://index.docker.io/v1/``) and answers ``{"ServerURL": ..., "Username": ..., "Secret": ...}`` on stdout; a ``Username`` of ``<token>`` makes the
 secret an identity token. A helper that exits non-zero saying ``credentials not found in native keychain`` has none
 for this registry: the auth file's own entry is used if it has one, else the pull is anonymous.
 
