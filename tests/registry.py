@@ -24,6 +24,14 @@ from pathlib import Path
 from s3server import stop_group
 
 
+def anonymous_env(home: Path) -> dict[str, str]:
+    """An environment whose registry auth files all lie in *home* (created, empty): anonymous unless a test writes
+    one, whatever the user running the tests has in theirs."""
+    home.mkdir(parents=True, exist_ok=True)
+    return {"HOME": str(home), "XDG_RUNTIME_DIR": str(home), "DOCKER_CONFIG": str(home / ".docker"),
+            "REGISTRY_AUTH_FILE": ""}
+
+
 def registry_binary() -> str | None:
     """``docker-registry`` on PATH (apt-get install docker-registry)."""
     return shutil.which("docker-registry")

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from conftest import ort_init_args, run_trtwarm
-from registry import Registry, registry_binary
+from registry import Registry, anonymous_env, registry_binary
 
 if registry_binary() is None:
     if os.environ.get("CI") == "true":
@@ -45,10 +45,10 @@ def helper(bindir: Path, name: str, body: str) -> Path:
 
 def config(home: Path, doc: dict[str, Any]) -> dict[str, str]:
     """A Docker config in ``$HOME/.docker/config.json`` and the environment that finds it and the helpers."""
-    (home / ".docker").mkdir(parents=True, exist_ok=True)
+    env = anonymous_env(home)
+    (home / ".docker").mkdir(exist_ok=True)
     (home / ".docker" / "config.json").write_text(json.dumps(doc))
-    return {"HOME": str(home), "XDG_RUNTIME_DIR": str(home), "DOCKER_CONFIG": str(home / ".docker"),
-            "REGISTRY_AUTH_FILE": "", "PATH": f"{home / 'bin'}:{os.environ['PATH']}"}
+    return {**env, "PATH": f"{home / 'bin'}:{os.environ['PATH']}"}
 
 
 def answer(user: str = USER, secret: str = SECRET) -> str:
