@@ -230,7 +230,7 @@ def test_a_registry_that_answers_201_and_stores_nothing_is_named_as_such(
     finally:
         proxy.shutdown()
     assert run.returncode == 10, run.stderr
-    assert "accepted the manifest (201) but does not have it when read back" in run.stderr, run.stderr
+    assert "answered the manifest PUT with 201 but does not have it when read back" in run.stderr, run.stderr
     assert "pull-through cache or a read-only mirror" in run.stderr and "remote rm" not in run.stderr
     entries = tmp_path / "a" / "entries"
     assert not entries.exists() or not any(entries.iterdir())  # required: nothing published locally either

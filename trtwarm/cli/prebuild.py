@@ -121,15 +121,11 @@ def _run_rows(rows: list[tuple[str, list[str]]], ns: argparse.Namespace, environ
             log.error("the engine image %s was not pushed: a row failed", ns.oci_image)
         return codes[0]
     if keep is not None:  # the reference a Pod spec's image volume takes: no oci:// scheme, pinned by digest
-        registry, repository, _tag = _image_parts(ns.oci_image)
+        from trtwarm.remote.oci.url import split_reference
+
+        registry, repository, _tag = split_reference(ns.oci_image, tag=True)
         print(f"engine image {registry}/{repository}@{_push_image(ns, environ, cache, keep)}")
     return 0
-
-
-def _image_parts(text: str) -> tuple[str, str, str | None]:
-    from trtwarm.remote.oci.url import split_reference
-
-    return split_reference(text, tag=True)
 
 
 def _image_target(ns: argparse.Namespace, environ: Mapping[str, str]) -> Any:

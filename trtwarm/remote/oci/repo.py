@@ -125,12 +125,13 @@ class OciRepository(Repository):
         config = canonical(ref)
         body = entry_manifest(ref, config, manifest_files(ref["manifest"]))
         ours = "sha256:" + hashlib.sha256(body).hexdigest()
-        before = self.get_ref(key)
+        before, answered = self.get_ref(key), None
         if before is None:
             config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
             if self.client.blob_size(config_digest) != len(config):
                 self.client.upload(config_digest, config, len(config))
             response = self.client.put_manifest(key, body, MANIFEST)
+            answered = response.status
             if response.status not in (200, 201):
                 if not _immutable(response):
                     raise self.client.fail(response, "PUT", f"manifest {key[:16]}")
@@ -139,7 +140,7 @@ class OciRepository(Repository):
         time.sleep(SETTLE)
         winner = self.get_ref(key)
         if winner is None:
-            raise self._vanished(key, wrote=before is None)
+            raise self._vanished(key, answered)
         if self._digests[key] == ours:
             return True, winner
         if before is None and winner["manifest"] != ref["manifest"]:
@@ -147,14 +148,15 @@ class OciRepository(Repository):
                         "create-only tags); adopting it", key[:16], self.url)
         return False, winner
 
-    def _vanished(self, key: str, *, wrote: bool) -> RemoteError:
-        """The error of a tag absent on its read-back: one this push PUT (and the registry accepted) was most
-        likely never stored; one that was there before this push's look was removed since."""
-        if wrote:
-            return RemoteError(f"{self.url}:{key[:16]}: the registry accepted the manifest (201) but does not have it "
-                               "when read back", hint="the registry, or a proxy before it, accepts pushes without "
-                               "keeping them: most likely a pull-through cache or a read-only mirror. Push to the "
-                               "primary registry: check the host in --remote and any mirror or proxy in between")
+    def _vanished(self, key: str, answered: int | None) -> RemoteError:
+        """The error of a tag absent on its read-back: one this push PUT (the registry *answered* its status) was
+        most likely never stored; one that was there before this push's look was removed since."""
+        if answered is not None:
+            return RemoteError(f"{self.url}:{key[:16]}: the registry answered the manifest PUT with {answered} but "
+                               "does not have it when read back", hint="the registry, or a proxy before it, "
+                               "accepts pushes without keeping them: most likely a pull-through cache or a "
+                               "read-only mirror. Push to the primary registry: check the host in --remote and any "
+                               "mirror or proxy in between")
         return RemoteError(f"{self.url}:{key[:16]} was there when this push looked and is gone now",
                            hint="a `trtwarm remote rm`/gc (or the registry's retention) removed it meanwhile; push "
                            "again")
