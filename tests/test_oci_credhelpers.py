@@ -91,6 +91,17 @@ def test_a_creds_store_answers_for_every_registry_and_not_found_falls_back_to_th
     assert none.returncode == 11 and "none are configured" in none.stderr, none.stderr
 
 
+def test_helpers_of_a_podman_auth_file_given_by_registry_auth_file(locked: Registry, tmp_path: Path) -> None:
+    """``credHelpers`` in any auth file trtwarm reads (containers-auth.json, ``REGISTRY_AUTH_FILE``), as podman."""
+    home = tmp_path / "home"
+    helper(home / "bin", "secretservice", answer())
+    env = config(home, {"auths": {}})  # the Docker config has nothing; the file REGISTRY_AUTH_FILE names is read
+    (tmp_path / "auth.json").write_text(json.dumps({"auths": {}, "credHelpers": {locked.addr: "secretservice"}}))
+    run = run_trtwarm("remote", "ls", "--remote", f"oci://{locked.addr}/engines/podman",
+                      env={**env, "REGISTRY_AUTH_FILE": str(tmp_path / "auth.json")})
+    assert run.returncode == 0 and (home / "bin" / "asked").read_text().split() == [locked.addr], run.stderr
+
+
 def test_a_hung_helper_costs_its_timeout_once_then_exit_11_and_leaves_no_process(
         locked: Registry, model: Path, tmp_path: Path) -> None:
     home = tmp_path / "home"
