@@ -32,7 +32,7 @@ import stat
 import sys
 import time
 
-from trtwarm import __version__
+from trtwarm import __version__, strictjson
 from trtwarm.fs import atomic
 from trtwarm.fs.info import FULL_ERRNOS, READ_ONLY_ERRNOS, identity, safely_owned
 from trtwarm.init.hitstart import (
@@ -106,7 +106,7 @@ def _load(directory: str, start: dict[str, Any]) -> dict[str, Any] | None:
         data = os.read(fd, LIMIT + 1)
     finally:
         os.close(fd)
-    record = json.loads(data) if len(data) <= LIMIT else None
+    record = strictjson.loads(data, limit=LIMIT)  # JSONRefused (a ValueError): resolve in full
     if not (isinstance(record, dict) and record.get("schema") == SCHEMA and record.get("version") == __version__
             and record.get("start") == start and record.get("boot_id") == boot_id()
             and time.time() < record["expires"]):

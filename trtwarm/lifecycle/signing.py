@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from trtwarm import strictjson
 from trtwarm.config import Identity
 from trtwarm.errors import ConfigError, EntriesDamaged, EntryInvalid, VolumeError, is_volume_errno, volume_error
 from trtwarm.fs.ops import TooLarge, read_bounded
@@ -103,10 +104,10 @@ def carried_problem(path: Path, entry: Entry, known: dict[str, Any]) -> tuple[An
     their scope). Malformed signature items are dropped (logged), never kept.
     """
     try:
-        doc = json.loads(read_bounded(path / SIGNATURE, 1 << 20))
+        doc = strictjson.loads(read_bounded(path / SIGNATURE, 1 << 20), limit=1 << 20)
     except FileNotFoundError:
         return None, None
-    except (OSError, TooLarge, ValueError, UnicodeDecodeError, RecursionError):
+    except (OSError, TooLarge, strictjson.JSONRefused):
         return None, "its manifest.sig.json is unreadable, huge or not JSON"
     try:
         parsed = dsse.parse(doc)
@@ -115,8 +116,8 @@ def carried_problem(path: Path, entry: Entry, known: dict[str, Any]) -> tuple[An
     if parsed.dropped:
         log.warning("%s: dropping %d malformed signature item(s)", path.name, parsed.dropped)
     try:
-        signed = json.loads(parsed.payload)
-    except (ValueError, RecursionError):
+        signed = strictjson.loads(parsed.payload, limit=len(parsed.payload))
+    except strictjson.JSONRefused:
         signed = None
     if signed != dsse.statement(entry.manifest, entry.files):
         return doc, ("the signature it carries is over other content: its engine or manifest.json changed after it "

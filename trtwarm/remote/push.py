@@ -13,7 +13,6 @@ reuses a blob gc is deleting", says what window remains.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Collection
@@ -21,7 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trtwarm import strictjson
 from trtwarm.errors import RemoteError
+from trtwarm.fs.ops import TooLarge, read_bounded
 from trtwarm.remote.repo import Repository, blob_path, make_ref, manifest_files
 from trtwarm.remote.waits import Transfer
 from trtwarm.volume.store import SIGNATURE
@@ -35,6 +36,8 @@ REFRESH_AGE = 3600.0
 #: after writing a ref that names a refreshed blob, the push waits this long before checking its blobs: a gc that
 #: HEADed the blob before the refresh (and saw it old) has sent its DELETE by then, unless it stalled that long
 HEAL_DELAY = 10.0
+#: an envelope holds a few signatures (trtwarm.trust.envelope.MAX_SIGNATURES)
+SIGNATURE_LIMIT = 1 << 20
 
 
 @dataclass
@@ -54,10 +57,10 @@ class PushResult:
 def read_signature(entry: Path) -> dict[str, Any] | None:
     """The entry's ``manifest.sig.json`` as an opaque object, or None when unsigned."""
     try:
-        doc = json.loads((entry / SIGNATURE).read_bytes())
+        doc = strictjson.loads(read_bounded(entry / SIGNATURE, SIGNATURE_LIMIT), limit=SIGNATURE_LIMIT)
     except FileNotFoundError:
         return None
-    except (OSError, ValueError) as exc:
+    except (OSError, TooLarge, strictjson.JSONRefused) as exc:
         raise RemoteError(f"{entry.name}/{SIGNATURE} is unreadable: {exc}",
                           hint="run `trtwarm verify --fix` on the volume, then push again") from None
     return doc if isinstance(doc, dict) else None

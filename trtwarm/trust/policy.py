@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trtwarm import strictjson
 from trtwarm.errors import ConfigError, EntryInvalid, TrustError
 from trtwarm.fs.ops import TooLarge, read_bounded
 from trtwarm.key import key_of, model_part
@@ -90,10 +91,10 @@ class Policy:
         :raises ConfigError: unreadable, not JSON, or breaking any rule of the schema (naming the field)
         """
         try:
-            doc = json.loads(read_bounded(path, POLICY_LIMIT))
-        except (OSError, TooLarge, ValueError, UnicodeDecodeError, RecursionError) as exc:
-            why = getattr(exc, "strerror", None) or ("nested too deeply" if isinstance(exc, RecursionError) else exc)
-            raise ConfigError(f"cannot read the trust policy {path}: {why}",
+            doc = strictjson.loads(read_bounded(path, POLICY_LIMIT), limit=POLICY_LIMIT)
+        except (OSError, TooLarge, strictjson.JSONRefused) as exc:
+            why = getattr(exc, "strerror", None) or exc
+            raise ConfigError(f"cannot read the trust policy {path}: {why}; nothing is trusted or served on it",
                               hint="--trust-policy names a JSON file; see docs/trust.md, The trust policy") from None
         spec = schema.parse(doc, str(path), mode_given)
         trusted = tuple(_trusted_key(k, path) for k in spec.keys)
@@ -201,10 +202,11 @@ class Gate:
         trusted keys is not checked again (see :meth:`trtwarm.volume.stamps.StampBook.signer`).
         """
         try:
-            doc = signature or json.loads(read_bounded(entry.path / SIGNATURE, SIGNATURE_LIMIT))
+            doc = signature or strictjson.loads(read_bounded(entry.path / SIGNATURE, SIGNATURE_LIMIT),
+                                                limit=SIGNATURE_LIMIT)
         except FileNotFoundError:
             return False, "unsigned (no manifest.sig.json)"
-        except (OSError, TooLarge, ValueError, UnicodeDecodeError, RecursionError):
+        except (OSError, TooLarge, strictjson.JSONRefused):
             return False, "manifest.sig.json is unreadable, huge or not JSON"
         if (problem := identity_problem(entry, model)) is not None:
             return False, problem

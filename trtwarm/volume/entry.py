@@ -4,13 +4,13 @@ listings that must not hash."""
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trtwarm import strictjson
 from trtwarm.errors import EntryInvalid
 from trtwarm.fs import safe
 from trtwarm.fs.ops import TooLarge, read_bounded
@@ -61,13 +61,13 @@ def read_manifest(path: Path) -> dict[str, Any]:
         not hash to the key (:class:`~trtwarm.errors.ManifestInvalid` for the shape)
     """
     try:
-        doc = json.loads(read_bounded(os.path.join(path, MANIFEST), MANIFEST_LIMIT))  # str: 10,000 in `ls --json`
+        doc = strictjson.loads(read_bounded(os.path.join(path, MANIFEST), MANIFEST_LIMIT), limit=MANIFEST_LIMIT)
     except FileNotFoundError:
         raise EntryInvalid("manifest.json is missing") from None
     except TooLarge:
         raise EntryInvalid(f"manifest.json is larger than {MANIFEST_LIMIT} bytes") from None
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        raise EntryInvalid("manifest.json is not valid JSON") from None
+    except strictjson.JSONRefused as exc:
+        raise EntryInvalid(f"manifest.json is not valid JSON ({exc})") from None
     except OSError as exc:
         raise EntryInvalid(f"manifest.json is unreadable ({exc.strerror})") from None
     check_manifest(doc)  # the one shape check (trtwarm.volume.schema): every reader of a manifest comes here

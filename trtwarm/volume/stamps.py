@@ -36,7 +36,6 @@ before it was hashed is not stamped: a second write in the same timestamp tick c
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -44,8 +43,9 @@ import stat
 import time
 from pathlib import Path
 
+from trtwarm import strictjson
 from trtwarm.fs.info import safely_owned
-from trtwarm.fs.ops import TooLarge, atomic_write_json, mount_of, read_bounded, sha256_file
+from trtwarm.fs.ops import TooLarge, atomic_write_json, mount_of, read_bounded_stat, sha256_file
 from trtwarm.volume.statcache import RACY_SECONDS, identity  # a stamp is keyed as the stat cache is
 
 log = logging.getLogger("trtwarm.stamps")
@@ -154,15 +154,11 @@ class StampBook:
     def _read(self, record: Path) -> dict | None:
         """A record of this directory, or None: missing, unreadable, or not safely owned (then with a warning)."""
         try:
-            fd = os.open(record, os.O_RDONLY | os.O_NOFOLLOW)
-            try:
-                owner = os.fstat(fd)
-            finally:
-                os.close(fd)
-            doc = json.loads(read_bounded(record, _LIMIT))
+            data, owner = read_bounded_stat(record, _LIMIT)  # one open: the owner judged is the file read
+            doc = strictjson.loads(data, limit=_LIMIT)
         except FileNotFoundError:
             return None
-        except (OSError, TooLarge, ValueError) as exc:
+        except (OSError, TooLarge, strictjson.JSONRefused) as exc:
             log.debug("ignoring unreadable stamp %s: %s", record, exc)
             return None
         if not safely_owned(owner):

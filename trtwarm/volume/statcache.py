@@ -9,13 +9,13 @@ hashed is not memoised: a second write in the same timestamp tick could otherwis
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import stat
 import time
 from pathlib import Path
 
+from trtwarm import strictjson
 from trtwarm.errors import ModelError
 from trtwarm.fs.info import identity
 from trtwarm.fs.ops import FULL_ERRNOS, READ_ONLY_ERRNOS, TooLarge, atomic_write_json, read_bounded, sha256_file
@@ -48,7 +48,7 @@ def _load(record: Path, model: Path) -> tuple[ModelFacts, str] | None:
     """The facts a record memoises and where they came from (``parse``, or ``volume``: copied from the volume's
     stat cache, see :func:`inspect_model`), if the model's files still have the record's stamps."""
     try:
-        doc = json.loads(read_bounded(record, _LIMIT))
+        doc = strictjson.loads_object(read_bounded(record, _LIMIT), limit=_LIMIT)
         facts = ModelFacts.from_json(doc["facts"])
         for f in facts.external:
             external_path(model, f.location)  # a record cannot make init stat or hash files elsewhere
