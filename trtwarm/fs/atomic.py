@@ -69,6 +69,75 @@ def write(target: PathLike, data: bytes, mode: int = 0o644, *, durable: bool = T
         fsync_dir(os.path.dirname(os.fspath(target)) or ".")
 
 
+def write_at(dir_fd: int, name: str, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
+    """:func:`write`, relative to the directory *dir_fd* (the temporary file made ``O_EXCL | O_NOFOLLOW`` there,
+    renamed over *name* there): nothing is written through a link swapped in for the directory."""
+    tmp = f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if durable:
+                os.fsync(fd)
+            os.fchmod(fd, mode)  # the umask must not make a shared volume unreadable to other Pods' UIDs
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except FileNotFoundError:
+            pass
+        raise
+    if durable:
+        os.fsync(dir_fd)
+
+
+def below(root: PathLike, path: PathLike) -> tuple[int, str]:
+    """``(descriptor of path's directory, path's name)``, every directory from *root* (opened as given: the
+    operator's) down to it opened ``O_NOFOLLOW | O_DIRECTORY`` relative to its parent; the caller closes it.
+
+    :raises OSError: ``ELOOP``/``ENOTDIR`` where a link or a file stands on the way, ``ENOENT``...
+    """
+    *dirs, name = os.path.relpath(os.fspath(path), os.fspath(root)).split(os.sep)
+    if name in ("", ".", "..") or ".." in dirs:
+        raise OSError(errno.EINVAL, "not below the root", os.fspath(path))
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in dirs:
+            below_fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = below_fd
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, name
+
+
+def touch_below(root: PathLike, path: PathLike, mode: Callable[[], int]) -> None:
+    """:func:`touch` of *path* reached from *root* through :func:`below`: a link swapped in for a directory on the
+    way is never followed (the file would be made in another directory). Nothing where the volume cannot be written
+    or the directory is gone."""
+    try:
+        fd, name = below(root, path)
+    except OSError as exc:
+        if exc.errno not in READ_ONLY_ERRNOS | FULL_ERRNOS | {errno.ENOENT}:
+            raise
+        return
+    try:
+        try:
+            os.utime(name, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, mode(), dir_fd=fd))
+    except OSError as exc:
+        if exc.errno not in READ_ONLY_ERRNOS | FULL_ERRNOS | {errno.ENOENT}:
+            raise
+    finally:
+        os.close(fd)
+
+
 def symlink(target: PathLike, link: PathLike) -> None:
     """Point *link* at *target*, replacing any previous link atomically."""
     tmp = _tmp_name(link)
@@ -93,4 +162,4 @@ def touch(path: PathLike, mode: Callable[[], int]) -> None:
             raise
 
 
-__all__ = ["fsync_dir", "symlink", "touch", "write"]
+__all__ = ["below", "fsync_dir", "symlink", "touch", "touch_below", "write", "write_at"]
