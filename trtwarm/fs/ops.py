@@ -33,6 +33,7 @@ class Mount(NamedTuple):
     device: str  # ``major:minor``
     fstype: str
     options: str  # super options, then mount options, comma-joined
+    super_options: str = ""  # the filesystem's own options (the superblock's: "ro" there binds every mount of it)
 
 
 def mount_of(path: Path | str, mountinfo: str) -> Mount:
@@ -46,8 +47,18 @@ def mount_of(path: Path | str, mountinfo: str) -> Mount:
             continue
         point = fields[4].replace("\\040", " ")
         if (path == point or path.startswith(point.rstrip("/") + "/")) and len(point) >= len(best.point):
-            best = Mount(point, fields[3].replace("\\040", " "), fields[2], tail[0], tail[2] + "," + fields[5])
+            best = Mount(point, fields[3].replace("\\040", " "), fields[2], tail[0], tail[2] + "," + fields[5],
+                         tail[2])
     return best
+
+
+def mountinfo() -> str | None:
+    """The text of ``/proc/self/mountinfo`` (what this process sees mounted where), or None when unreadable."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
 
 
 def sha256_file(path: Path) -> tuple[str, int]:
@@ -156,6 +167,7 @@ def pid_alive(pid: int) -> bool:
 __all__ = [
     "Mount",
     "mount_of",
+    "mountinfo",
     "FULL_ERRNOS",
     "READ_ONLY_ERRNOS",
     "TooLarge",

@@ -49,6 +49,9 @@ class WarmReport:
     #: every handed-over file's (device, inode, size, mtime_ns, ctime_ns) when it was handed over: the sidecar's
     #: readiness compares them, so an in-place rewrite of the same size is not ready (any write changes ctime)
     identities: dict[str, list[int]] = field(default_factory=dict)
+    #: a linked hand-off under ``enforce`` of files others can write: each file's manifest row (size, digests), which
+    #: the sidecar checks the file against before it first answers ready (:mod:`trtwarm.sidecar.metrics`)
+    recheck: dict[str, dict[str, Any]] = field(default_factory=dict)
     remote: dict[str, Any] = field(default_factory=dict)  # --remote: bytes/seconds pulled and pushed, errors by kind
 
     def summary(self) -> dict[str, Any]:
@@ -135,15 +138,13 @@ def clear(handoff_dir: Path) -> None:
     volume keeps the last report for inspection) and the ``engine`` link is removed.
     """
     try:
-        os.replace(handoff_dir / REPORT, handoff_dir / PREVIOUS)
+        safe.rename(handoff_dir, handoff_dir / REPORT, handoff_dir / PREVIOUS)  # a link there is moved, not followed
     except FileNotFoundError:
         pass
     except OSError as exc:  # a read-only hand-off dir is reported when writing
         log.debug("cannot set %s aside: %s", handoff_dir / REPORT, exc)
     try:
-        os.unlink(handoff_dir / LINK)
-    except FileNotFoundError:
-        pass
+        safe.unlink(handoff_dir, handoff_dir / LINK)
     except OSError as exc:
         log.debug("cannot remove %s: %s", handoff_dir / LINK, exc)
 

@@ -36,8 +36,8 @@ from trtwarm.fs.ops import TooLarge, read_bounded
 from trtwarm.key import key_of, model_part
 from trtwarm.trust import envelope, keys, schema
 from trtwarm.trust.schema import MODES
-from trtwarm.volume.store import SIGNATURE
-from trtwarm.volume.entry import Entry
+from trtwarm.volume.entry import Entry, envelope_in
+from trtwarm.volume.verified import Dir
 
 log = logging.getLogger("trtwarm.trust")
 POLICY_LIMIT = 1 << 20
@@ -201,13 +201,9 @@ class Gate:
         directory, any ``--verify``), a signature this node verified before for the same envelope, manifest and
         trusted keys is not checked again (see :meth:`trtwarm.volume.stamps.StampBook.signer`).
         """
-        try:
-            doc = signature or strictjson.loads(read_bounded(entry.path / SIGNATURE, SIGNATURE_LIMIT),
-                                                limit=SIGNATURE_LIMIT)
-        except FileNotFoundError:
-            return False, "unsigned (no manifest.sig.json)"
-        except (OSError, TooLarge, strictjson.JSONRefused):
-            return False, "manifest.sig.json is unreadable, huge or not JSON"
+        doc, problem = (signature, None) if signature else _envelope(entry)
+        if problem is not None:
+            return False, problem
         if (problem := identity_problem(entry, model)) is not None:
             return False, problem
         try:
@@ -280,6 +276,18 @@ class Gate:
         if self.signer is None:
             return None
         return envelope.sign(envelope.statement(manifest, files), self.signer[0], self.signer[1], existing)
+
+
+def _envelope(entry: Entry) -> tuple[Any, str | None]:
+    """The envelope the entry was verified with (read once with its manifest, kept in memory); an entry that was not
+    verified in this process has its envelope read now, through its directory's descriptor."""
+    if entry.opened is not None:
+        return entry.opened.envelope, entry.opened.envelope_problem
+    try:
+        with Dir.open(entry.path.parent.parent, entry.path) as directory:
+            return envelope_in(directory)
+    except EntryInvalid as exc:
+        return None, exc.reason
 
 
 def _fingerprint(doc: Any, expected: dict[str, Any], pems: dict[str, bytes]) -> str:

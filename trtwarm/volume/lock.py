@@ -29,7 +29,8 @@ from typing import Any
 from trtwarm.config import Identity
 from trtwarm.errors import LockTimeoutError
 from trtwarm.fs import safe
-from trtwarm.fs.ops import atomic_write_json, mount_of, read_json_object
+from trtwarm.fs.ops import mount_of, read_json_object
+from trtwarm.fs.ops import mountinfo as read_mountinfo
 from trtwarm.volume.layout import Layout
 
 log = logging.getLogger("trtwarm.lock")
@@ -46,11 +47,9 @@ _NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS})
 
 def detect_mode(path: Path, mountinfo: str | None = None) -> tuple[str, str]:
     """Return ``(lock mode, filesystem type)`` suited to the volume at *path*."""
+    mountinfo = mountinfo if mountinfo is not None else read_mountinfo()
     if mountinfo is None:
-        try:
-            mountinfo = Path("/proc/self/mountinfo").read_text()
-        except OSError:
-            return "flock", "unknown"
+        return "flock", "unknown"
     mount = mount_of(os.path.realpath(path), mountinfo)
     fstype, options = mount.fstype, mount.options
     opts = set(options.split(","))
@@ -245,7 +244,7 @@ class BuildLock:
 
     def _write_owner(self) -> None:
         ident = self.identity
-        atomic_write_json(self.layout.owner_path(self.lock_id), {
+        safe.write_json(self.layout.root, self.layout.owner_path(self.lock_id), {
             "pod": ident.pod, "namespace": ident.namespace, "node": ident.node, "hostname": ident.hostname,
             "pid": os.getpid(), "started": self._started, "heartbeat": time.time(), "mode": self.mode,
             "label": self.label, "doing": self._doing,
