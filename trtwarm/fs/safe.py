@@ -190,6 +190,20 @@ def write(root: Path, path: Path, data: bytes, mode: int, *, durable: bool = Tru
         write_at(fd, path.name, data, mode, durable=durable)
 
 
+def symlink(root: Path, target: Path | str, link: Path) -> None:
+    """Point the link *link* below *root* at *target*, replacing any previous one atomically, through its
+    directory's descriptor. :raises UnsafeVolume: a directory on the way is a link or a file"""
+    with dir_fd(root, link.parent) as fd, _named(link):
+        tmp = f".{link.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+        os.symlink(target, tmp, dir_fd=fd)
+        try:
+            os.replace(tmp, link.name, src_dir_fd=fd, dst_dir_fd=fd)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=fd)
+            raise
+
+
 def write_json(root: Path, path: Path, doc: object, mode: int, *, durable: bool = True) -> None:
     """:func:`write` of *doc* as indented JSON (as :func:`trtwarm.fs.ops.atomic_write_json` writes it)."""
     write(root, path, (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode(), mode, durable=durable)
@@ -208,4 +222,4 @@ def check_tree(root: Path, names: tuple[str, ...]) -> None:
 
 
 __all__ = ["check_dir", "check_tree", "dir_fd", "makedirs", "refusal", "rename", "rmdir", "rmtree", "unlink",
-           "what_is", "write", "write_json"]
+           "symlink", "what_is", "write", "write_json"]

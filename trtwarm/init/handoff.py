@@ -17,7 +17,7 @@ from typing import Any
 from trtwarm import __version__
 from trtwarm.errors import VolumeError, volume_error
 from trtwarm.fs import safe
-from trtwarm.fs.ops import atomic_symlink, atomic_write, atomic_write_json, read_json_object
+from trtwarm.fs.ops import atomic_symlink, atomic_write_json, read_json_object
 
 log = logging.getLogger("trtwarm.init.handoff")
 REPORT = "engine.json"
@@ -110,9 +110,9 @@ def triton_repo(repo: Path, model: str, engine: Path, builder: str) -> Path:
     version = repo / model / "1"
     repo.mkdir(parents=True, exist_ok=True)
     safe.makedirs(repo, version, 0o755)  # never through a link: Triton's container shares this directory
-    atomic_symlink(engine, version / filename)
+    safe.symlink(repo, engine, version / filename)  # and again for each write: a link swapped in meanwhile too
     config = f'name: "{model}"\nplatform: "{platform}"\ndefault_model_filename: "{filename}"\n'
-    atomic_write(repo / model / "config.pbtxt", config.encode())
+    safe.write(repo, repo / model / "config.pbtxt", config.encode(), 0o644)
     return repo / model
 
 

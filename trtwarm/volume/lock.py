@@ -29,6 +29,7 @@ from typing import Any
 from trtwarm.config import Identity
 from trtwarm.errors import LockTimeoutError
 from trtwarm.fs import safe
+from trtwarm.fs.atomic import below
 from trtwarm.fs.ops import mount_of, read_json_object
 from trtwarm.fs.ops import mountinfo as read_mountinfo
 from trtwarm.volume.layout import Layout
@@ -95,8 +96,12 @@ def _wait_shared(path: Path, released: threading.Event) -> None:
     """Block on a shared flock of *path* (granted once no exclusive holder is left), drop it, set *released*."""
     import fcntl
 
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o664)  # never a file a link points at
+    try:  # never a file a link points at, never in a directory a link swapped in for .locks points at
+        locks, name = below(path.parent.parent, path)
+        try:
+            fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o664, dir_fd=locks)
+        finally:
+            os.close(locks)
     except OSError:  # cannot wait here: the caller tries the lock itself again after a pause
         time.sleep(LEASE_POLL_SECONDS)
         released.set()
