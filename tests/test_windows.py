@@ -5,7 +5,6 @@ cache changes. The remote pull and push are attacked in ``test_windows_remote.py
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -16,6 +15,7 @@ from adversary import (CLOSE_NOWRITE, CLOSE_WRITE, CREATE, MOVED_TO, OPEN, Adver
                        rewrite_in_place, swap_dir, swap_file, tree, victim)
 from conftest import cmd_init_args, entries, ort_init_args, run_trtwarm, wait_until
 from test_sidecar import SidecarProc, get
+from test_threat_model import _rewrite
 from test_trust import keypair, policy
 
 from trtwarm.volume.layout import Layout
@@ -50,16 +50,7 @@ def _forge(entry: Path, into: Path, payload: bytes = EVIL) -> Path:
     """What a writer of the volume makes of a genuine entry, without any key: its engine replaced, the manifest
     re-hashed to match, no signature (a consistent, unsigned entry of the same key and name)."""
     subprocess.run(["cp", "-a", str(entry), str(into)], check=True)
-    doc = json.loads((into / "manifest.json").read_text())
-    (into / doc["engine_file"]).write_bytes(payload)
-    digest = hashlib.sha256(payload).hexdigest()
-    doc.update(engine_sha256=digest, engine_bytes=len(payload))
-    for row in doc["files"]:
-        if row["role"] == "engine":
-            row.update(sha256=digest, bytes=len(payload))
-            row.pop("chunk_bytes", None)
-            row.pop("chunk_sha256", None)
-    (into / "manifest.json").write_text(json.dumps(doc))
+    _rewrite(into, payload)
     (into / "manifest.sig.json").unlink(missing_ok=True)
     return into
 

@@ -44,29 +44,18 @@ def fsync_dir(path: PathLike) -> None:
 
 
 def write(target: PathLike, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
-    """Replace *target* with *data* so that readers see the old or the new content, never a mix.
+    """Replace *target* with *data* so that readers see the old or the new content, never a mix
+    (:func:`write_at` in *target*'s directory).
 
     :param durable: fsync the file and its directory (off for advisory files rewritten every minute, and for the
         Pod-local hand-off of a repeat hit)
     """
-    tmp = _tmp_name(target)
+    head, tail = os.path.split(os.fspath(target))
+    fd = os.open(head or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.chmod(tmp, mode)  # the umask must not make a shared volume unreadable to other Pods' UIDs
-        os.replace(tmp, target)
-    except BaseException:
-        _unlink_quietly(tmp)
-        raise
-    if durable:
-        fsync_dir(os.path.dirname(os.fspath(target)) or ".")
+        write_at(fd, tail, data, mode, durable=durable)
+    finally:
+        os.close(fd)
 
 
 def write_at(dir_fd: int, name: str, data: bytes, mode: int = 0o644, *, durable: bool = True) -> None:
