@@ -295,3 +295,42 @@ def test_a_build_leaves_nothing_in_its_private_directory(model: Path, cache: Pat
     run = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h", "--build-dir", str(builds)))
     assert run.returncode == 0 and run.summary["result"] == "built", run.stderr
     assert list(builds.iterdir()) == [] and _handed(tmp_path / "h") == model.read_bytes()
+
+
+def test_a_killed_builds_private_directory_is_removed_by_the_next_build(model: Path, cache: Path,
+                                                                         tmp_path: Path) -> None:
+    """A SIGKILLed build leaves its partial engine in the private directory (an init restarted in the same Pod
+    finds the emptyDir as it was): the next build removes this host's directories of inits that are gone, never
+    another host's or a live one's."""
+    from trtwarm.volume.store import host_tag
+
+    builds = tmp_path / "builds"
+    dead = 2 ** 22 + 1  # a pid no process has: above the largest pid_max
+    stale = {"dead": builds / f"trtwarm-build-0123456789abcdef.{host_tag()}.{dead}.x1",
+             "live": builds / f"trtwarm-build-0123456789abcdef.{host_tag()}.{os.getpid()}.x2",
+             "other host": builds / f"trtwarm-build-0123456789abcdef.elsewhere.{dead}.x3"}
+    for path in stale.values():
+        path.mkdir(parents=True)
+        (path / "engine.plan.part").write_bytes(b"partial")
+    run = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h", "--build-dir", str(builds)))
+    assert run.returncode == 0 and run.summary["result"] == "built", run.stderr
+    assert sorted(p.name for p in builds.iterdir()) == sorted(stale[k].name for k in ("live", "other host"))
+
+
+#: ``/proc/self/mountinfo`` lines inside ``podman run --mount type=image,...,destination=/models -v DIR:/seed:ro``
+#: on this machine (podman 4, overlay storage): the image volume is an overlay whose superblock is read-only with
+#: lower directories only; the read-only bind shows ``ro`` for the mount and ``rw`` for its filesystem
+PODMAN_MOUNTINFO = """\
+84 56 0:41 / / rw,relatime - overlay overlay rw,lowerdir=/var/lib/containers/storage/overlay/l/VZ37,upperdir=/var/lib/\
+containers/storage/overlay/6df2/diff,workdir=/var/lib/containers/storage/overlay/6df2/work,uuid=on
+90 84 0:50 / /models rw,relatime - overlay /var/lib/containers/storage/overlay-containers/191b/userdata/overlay/9014/\
+merge ro,lowerdir=/var/lib/containers/storage/overlay/21b0/merged:/var/lib/containers/storage/overlay-containers/191b
+91 84 254:0 /tmp/rosrc /seed ro,relatime - ext4 /dev/vda rw,discard,resv_strict,resuid=65534,resgid=65534
+"""
+
+
+@pytest.mark.parametrize(("path", "fixed"), [("/models/cache", True), ("/seed/cache", False), ("/data", False)])
+def test_what_an_image_volume_looks_like_from_inside_the_container(path: str, fixed: bool) -> None:
+    from trtwarm.init.seed import immutable
+
+    assert immutable(Path(path), PODMAN_MOUNTINFO) is fixed

@@ -19,18 +19,22 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from trtwarm import __version__
 from trtwarm.errors import BuildError, ConfigError, EntryInvalid
-from trtwarm.fs.ops import volume_full
+from trtwarm.fs import safe
+from trtwarm.fs.ops import pid_alive, volume_full
 from trtwarm.init.plan import Plan
 from trtwarm.volume.entry import UNSIGNED, Entry
 from trtwarm.volume.files import SCHEMA, stage_built
 from trtwarm.volume.lock import PROGRESS_SECONDS
+from trtwarm.volume.store import host_tag
 from trtwarm.volume.verified import Dir
 
 log = logging.getLogger("trtwarm.init.warm")
+_PRIVATE = "trtwarm-build-"
 
 
 @contextlib.contextmanager
@@ -108,16 +112,33 @@ def _stage(plan: Plan, private: Dir, staging: Dir, engine_file: str) -> tuple[di
 @contextlib.contextmanager
 def private_build_dir(plan: Plan) -> Iterator[Dir]:
     """A new directory only this process may enter, under ``--build-dir`` (default: the temporary directory),
-    removed afterwards. :raises ConfigError: it cannot be made there"""
+    removed afterwards; those a killed init of this host left there are removed first (an init restarted in the same
+    Pod finds its emptyDir as the killed one left it). :raises ConfigError: it cannot be made there"""
     parent = plan.settings.build_dir
+    _sweep_private(Path(parent or tempfile.gettempdir()))
     with contextlib.ExitStack() as stack:
         try:
-            private = stack.enter_context(Dir.private(parent, f"trtwarm-build-{plan.key[:16]}."))
+            private = stack.enter_context(Dir.private(parent, f"{_PRIVATE}{plan.key[:16]}.{host_tag()}.{os.getpid()}."))
         except OSError as exc:
-            raise ConfigError(f"cannot make a private build directory under {parent or tempfile.gettempdir()}: "
-                              f"{exc.strerror}", hint="--build-dir (TRTWARM_BUILD_DIR) must name a writable "
-                              "directory off the cache volume (in a Pod: an emptyDir with room for the engine)") from exc
+            where = parent or tempfile.gettempdir()
+            raise ConfigError(f"cannot make a private build directory under {where}: {exc.strerror}",
+                              hint="--build-dir (TRTWARM_BUILD_DIR) must name a writable directory off the cache "
+                              "volume (in a Pod: an emptyDir with room for the engine)") from exc
         yield private
+
+
+def _sweep_private(parent: Path) -> None:
+    """Remove the private build directories under *parent* of this host's inits that are gone (``<prefix><key16>.
+    <host>.<pid>.<rand>``, the pid dead): a killed build leaves its partial engine there."""
+    try:
+        names = [p.name for p in parent.iterdir() if p.name.startswith(_PRIVATE)]
+    except OSError:
+        return
+    for name in names:
+        parts = name[len(_PRIVATE):].split(".")
+        if len(parts) == 4 and parts[1] == host_tag() and parts[2].isdigit() and not pid_alive(int(parts[2])):
+            log.info("removing the private build directory %s left by an init that is gone", name)
+            safe.rmtree(parent, parent / name, ignore_errors=True)
 
 
 def build_and_publish(plan: Plan) -> Entry | None:

@@ -15,9 +15,11 @@ lower directories only), ``squashfs`` or ``erofs``. Nothing in the Pod and no ot
 filesystem (only root on the node can, which is out of the threat model). A read-only *bind* mount (``ro`` in the
 mount options, ``rw`` in the super options) of a hostPath, an NFS export or a PVC is a view of storage that may be
 written elsewhere: it is not immutable, whatever ``statvfs`` says. A runtime that presents an image as a read-only
-bind of its snapshot directory looks the same from inside the Pod, so it is copied too (safe, not free). A tier that is missing, empty or has no ``VERSION`` (a runtime that mounted nothing, a wrong
-``subPath``) fails the start at once (exit 6): nobody will ever fill an immutable tier, so waiting ``--lock-timeout``
-for it would only delay the failure.
+bind of its snapshot directory looks the same from inside the Pod, so it is copied too (safe, not free).
+
+A tier that is missing, empty or has no ``VERSION`` (a runtime that mounted nothing, a wrong ``subPath``) fails the
+start at once (exit 6): nobody will ever fill an immutable tier, so waiting ``--lock-timeout`` for it would only
+delay the failure.
 """
 
 from __future__ import annotations

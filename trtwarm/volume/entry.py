@@ -164,5 +164,5 @@ def check_engine_stat(entry: Entry, st: os.stat_result | None) -> None:
         raise EntryInvalid(f"engine is {st.st_size} bytes, manifest says {entry.manifest['engine_bytes']} (truncated)")
 
 
-__all__ = ["MANIFEST_LIMIT", "SIGNATURE_LIMIT", "UNSIGNED", "Entry", "check_engine_stat", "check_entry", "check_entry_stats",
-           "envelope_in", "manifest_in", "read_manifest"]
+__all__ = ["MANIFEST_LIMIT", "SIGNATURE_LIMIT", "UNSIGNED", "Entry", "check_engine_stat", "check_entry",
+           "check_entry_stats", "envelope_in", "manifest_in", "read_manifest"]

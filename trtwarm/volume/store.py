@@ -203,6 +203,11 @@ def _json(doc: dict[str, Any]) -> bytes:
     return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
 
 
+def host_tag() -> str:
+    """This host's name as a field of a directory name (no ``.``): who made a staging or private build directory."""
+    return _host()
+
+
 def _host() -> str:
     return sanitize(os.uname().nodename, 32).replace(".", "-")  # '.' separates the staging name's fields
 
@@ -215,4 +220,4 @@ def _listdir(path: Path) -> list[Path]:
         return []
 
 
-__all__ = ["MANIFEST", "SIGNATURE", "STALE_STAGING_SECONDS", "EngineStore", "staging_stale"]
+__all__ = ["MANIFEST", "SIGNATURE", "STALE_STAGING_SECONDS", "EngineStore", "host_tag", "staging_stale"]
