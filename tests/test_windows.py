@@ -11,6 +11,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from adversary import (CLOSE_NOWRITE, CLOSE_WRITE, CREATE, MOVED_TO, OPEN, Adversary, Trap, plant_fifo,
                        rewrite_in_place, swap_dir, swap_file, tree, victim)
 from conftest import cmd_init_args, entries, ort_init_args, run_trtwarm, wait_until
@@ -334,3 +336,14 @@ def test_what_an_image_volume_looks_like_from_inside_the_container(path: str, fi
     from trtwarm.init.seed import immutable
 
     assert immutable(Path(path), PODMAN_MOUNTINFO) is fixed
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=st.text(min_size=1, max_size=400).filter(lambda n: "/" not in n and "\0" not in n))
+def test_every_name_derived_from_an_entry_fits_name_max(name: str) -> None:
+    from trtwarm.names import NAME_MAX, bounded
+
+    suffix = ".20261206T000000Z.manifest-json-is-not-valid-json.abcd"
+    made = bounded(name, suffix)
+    assert len(os.fsencode(made)) <= NAME_MAX and made.endswith(suffix)
+    assert made == name + suffix or bounded(name + "x", suffix) != made  # two long names stay apart
