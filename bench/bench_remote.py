@@ -74,13 +74,15 @@ def _timed_run(argv: list[str], server_pid: int, **kwargs: object) -> tuple[floa
 
 def _blob(work: Path, size: int) -> tuple[Path, dict[str, object]]:
     """A random *size* blob and its manifest row, with chunk digests as the publish writes them."""
-    from trtwarm.volume.chunks import chunk_fields, hash_file
+    from trtwarm.fs.chunked import hash_fd
+    from trtwarm.volume.chunks import CHUNK_BYTES, chunk_fields
 
     path = work / "engine.bin"
-    with open(path, "wb") as handle:
+    with open(path, "w+b") as handle:
         for _ in range(size // MiB):
             handle.write(os.urandom(MiB))
-    sha, _, chunks = hash_file(path)
+        handle.flush()
+        sha, _, chunks = hash_fd(handle.fileno(), CHUNK_BYTES)
     return path, {"path": "engine.plan", "role": "engine", "bytes": size, "sha256": sha, **chunk_fields(size, chunks)}
 
 

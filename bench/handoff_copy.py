@@ -22,7 +22,25 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from trtwarm.fs.copy import copy_hashed  # noqa: E402
+from trtwarm.fs import copy as fscopy  # noqa: E402
+
+
+def copy_hashed(src: str, dst: str, *, reflink: bool = True) -> tuple[None, None, bool]:
+    """The hand-off copy as trtwarm makes it: descriptor to descriptor, checked as copied (trtwarm.fs.copy.clone)."""
+    sfd = os.open(src, os.O_RDONLY)
+    dfd = os.open(dst, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        size = os.fstat(sfd).st_size
+        row = {"bytes": size, "sha256": "0" * 64}  # the digest does not matter for the timing
+        cloned = reflink and fscopy._clone(sfd, dfd)
+        if cloned:
+            fscopy.check_fd(dfd, size, row["sha256"])
+        else:
+            fscopy.copy_fd(sfd, dfd, size, row["sha256"])
+        return None, None, cloned
+    finally:
+        os.close(sfd)
+        os.close(dfd)
 
 
 def _median(runs: int, action, cleanup) -> float:  # noqa: ANN001

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from trtwarm.trust.envelope import PREDICATE_TYPE, PREDICATE_TYPE_CHUNKS, statement
-from trtwarm.volume.chunks import MIN_CHUNK_BYTES, chunk_fields, chunk_problem, hash_file
+from trtwarm.fs.chunked import hash_fd
+from trtwarm.volume.chunks import MIN_CHUNK_BYTES, chunk_fields, chunk_problem
 
 MiB = 1 << 20
 
@@ -20,7 +21,11 @@ MiB = 1 << 20
 def test_one_read_pass_gives_the_whole_digest_and_every_chunk_digest(tmp_path: Path, size: int) -> None:
     data = os.urandom(size)
     (tmp_path / "f").write_bytes(data)
-    whole, got, chunks = hash_file(tmp_path / "f", MIN_CHUNK_BYTES)
+    fd = os.open(tmp_path / "f", os.O_RDONLY)
+    try:
+        whole, got, chunks = hash_fd(fd, MIN_CHUNK_BYTES)
+    finally:
+        os.close(fd)
     assert (whole, got) == (hashlib.sha256(data).hexdigest(), size)
     assert chunks == [hashlib.sha256(data[i:i + MiB]).hexdigest() for i in range(0, size, MiB)]
     assert chunk_fields(size, chunks, MiB) == ({} if size <= MiB else {"chunk_bytes": MiB, "chunk_sha256": chunks})

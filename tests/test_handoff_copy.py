@@ -4,6 +4,7 @@ readiness checks each handed-over file's identity, not only its size."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -14,10 +15,11 @@ from conftest import cmd_init_args, entries, run_trtwarm
 from test_sidecar import SidecarProc, get
 from test_trust import keypair, policy
 
-from trtwarm.fs.copy import copy_hashed
+from trtwarm.errors import EntryInvalid
 from trtwarm.init.handcopy import CopyChanged, copy_entry
 from trtwarm.sidecar.metrics import engine_ready
 from trtwarm.volume.stamps import RACY_SECONDS
+from trtwarm.volume.verified import Dir, check_files
 
 REPEAT = "repeating this node's record of the hit"
 
@@ -83,17 +85,24 @@ def test_a_copy_that_does_not_hash_to_the_manifest_leaves_nothing(tmp_path: Path
     entry = tmp_path / "entry"
     entry.mkdir()
     (entry / "engine.plan").write_bytes(b"x" * 100_000)
-    digest, size, _reflink = copy_hashed(str(entry / "engine.plan"), str(tmp_path / "copy"))
-    assert (tmp_path / "copy").read_bytes() == b"x" * 100_000 and size == 100_000
-    files = [{"path": "engine.plan", "sha256": "0" * 64, "bytes": 100_000}]
+    good = {"path": "engine.plan", "role": "engine", "sha256": hashlib.sha256(b"x" * 100_000).hexdigest(),
+            "bytes": 100_000}
+    with Dir.open(tmp_path, entry) as directory:
+        verified = check_files(directory, [good])
+        with Dir.open(tmp_path.parent, tmp_path) as into:
+            assert verified.copy_into(into, [good]) is None  # checked as copied, from the descriptor
+            with pytest.raises(FileExistsError):
+                into.create("engine.plan", 0o644)  # never over an existing file
+    assert (tmp_path / "engine.plan").read_bytes() == b"x" * 100_000
+    bad = dict(good, sha256="0" * 64)
+    with Dir.open(tmp_path, entry) as directory:
+        unchecked = check_files(directory, [bad], checker=lambda fd, _row: fd)
     with pytest.raises(CopyChanged, match="changed on the volume after it was verified"):
-        copy_entry(tmp_path / "h", "k" * 64, entry, files)
+        copy_entry(tmp_path / "h", "k" * 64, unchecked, [bad])
     assert list((tmp_path / "h" / "copies").iterdir()) == []
-    with pytest.raises(FileExistsError):
-        copy_hashed(str(entry / "engine.plan"), str(tmp_path / "copy"))  # never over an existing file
-    (tmp_path / "link").symlink_to(entry / "engine.plan")
-    with pytest.raises(OSError):
-        copy_hashed(str(tmp_path / "link"), str(tmp_path / "copy2"))  # never through a link
+    (entry / "link").symlink_to(entry / "engine.plan")
+    with Dir.open(tmp_path, entry) as directory, pytest.raises(EntryInvalid, match="is a symlink"):
+        directory.open_file("link")  # never through a link
 
 
 def test_a_copy_mode_repeat_copies_again_and_never_hands_over_altered_bytes(model: Path, cache: Path,

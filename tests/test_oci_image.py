@@ -129,14 +129,18 @@ def test_the_unpacked_layer_on_a_read_only_noexec_mount_is_a_hit_under_enforce_w
         registry: Registry, env: dict[str, str], model: Path, tmp_path: Path, signed: tuple[Path, Path]) -> None:
     prebuild_image(registry, env, model, tmp_path, "ro", signed[0])
     seed = _unpack(layer_of(registry, "ro")[2], tmp_path / "layer")
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    try:
-        subprocess.run(["mount", "--bind", str(seed.parent), str(mnt)], check=True, capture_output=True)
-        subprocess.run(["mount", "-o", "remount,bind,ro,noexec,nosuid,nodev", str(mnt)], check=True,
+    mnt, bound, empty = tmp_path / "mnt", tmp_path / "bound", tmp_path / "empty"
+    for made in (mnt, bound, empty):
+        made.mkdir()
+    try:  # an image volume as CRI-O and podman mount one: the layers as an overlay's lower directories only
+        subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
+                        f"lowerdir={seed.parent}:{empty},noexec,nosuid,nodev", str(mnt)], check=True,
+                       capture_output=True)
+        subprocess.run(["mount", "--bind", str(seed.parent), str(bound)], check=True, capture_output=True)
+        subprocess.run(["mount", "-o", "remount,bind,ro,noexec,nosuid,nodev", str(bound)], check=True,
                        capture_output=True)
     except (OSError, subprocess.CalledProcessError) as exc:
-        pytest.skip(f"cannot bind-mount here (needs root / CAP_SYS_ADMIN): {exc}")
+        pytest.skip(f"cannot mount here (needs root / CAP_SYS_ADMIN): {exc}")
     try:
         base = ["init", "--model", str(model), *ONNX, "--trust-policy", str(signed[1])]
         run = run_trtwarm(*base, "--cache-dir", str(tmp_path / "local"), "--handoff-dir", str(tmp_path / "h1"),
@@ -144,6 +148,11 @@ def test_the_unpacked_layer_on_a_read_only_noexec_mount_is_a_hit_under_enforce_w
         assert run.returncode == 0 and run.summary["result"] == "hit", run.stderr
         assert "in the seed cache" in run.stderr and "building" not in run.stderr
         assert os.readlink(tmp_path / "h1" / "engine").startswith(str(mnt / "cache/entries/"))  # in place, no copy
+        # a read-only bind of a directory that is writable elsewhere is no image volume: this Pod's copy instead
+        copied = run_trtwarm(*base, "--cache-dir", str(tmp_path / "local"), "--handoff-dir", str(tmp_path / "hb"),
+                             "--seed-cache", str(bound / "cache"), env=env)
+        assert copied.returncode == 0 and copied.summary["result"] == "hit", copied.stderr
+        assert os.readlink(tmp_path / "hb" / "engine").startswith(str(tmp_path / "hb" / "copies"))
         # the image as the cache itself, pull-only: the model's digest is memoised node-locally, not re-hashed
         for attempt in range(2):
             again = run_trtwarm(*base, "--cache-dir", str(mnt / "cache"), "--read-only", "--handoff-dir",
@@ -158,7 +167,8 @@ def test_the_unpacked_layer_on_a_read_only_noexec_mount_is_a_hit_under_enforce_w
         assert bad.returncode in (5, 7) and "refused" in bad.stderr, bad.stderr  # never handed over
         assert not (tmp_path / "h3" / "engine").exists()
     finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False, capture_output=True)
+        for mounted in (mnt, bound):
+            subprocess.run(["umount", "-l", str(mounted)], check=False, capture_output=True)
 
 
 @pytest.mark.parametrize("tier", ["missing", "empty", "no-version"])

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from trtwarm.cli.demo import make_model
-from trtwarm.volume.statcache import RACY_SECONDS, inspect_model
+from trtwarm.volume.statcache import RACY_SECONDS, inspect_model, record_path
 
 
 def settle(*paths: Path) -> None:
@@ -48,6 +48,20 @@ def test_replaced_model_file_is_rehashed(tmp_path: Path) -> None:
     make_model(tmp_path / "new.onnx", seed=2).replace(model)  # a new inode under the old name
     after, memo = inspect_model(model, tmp_path / "stat")
     assert memo is False and after.onnx.sha256 != before.onnx.sha256
+
+
+def test_a_record_nested_too_deeply_is_ignored_not_a_crash(tmp_path: Path) -> None:
+    """Anyone who can write the volume can write its ``.statcache``: a record nested 100,000 deep (which Python's
+    json turns into a RecursionError, once exit 1 for every init of the model) is ignored and rewritten."""
+    model = make_model(tmp_path / "m.onnx")
+    settle(model)
+    first, _ = inspect_model(model, tmp_path / "stat")
+    record = record_path(tmp_path / "stat", model)
+    for junk in (b"[" * 100_000 + b"]" * 100_000, b'{"facts": 1, "facts": 2}', b'{"stamps": NaN}'):
+        record.write_bytes(junk)
+        again, memo = inspect_model(model, tmp_path / "stat")
+        assert memo is False and again == first
+    assert inspect_model(model, tmp_path / "stat")[1] is True  # the record was rewritten
 
 
 def test_freshly_written_model_is_not_memoised(tmp_path: Path) -> None:

@@ -261,3 +261,20 @@ def test_a_misspelt_policy_fails_closed(model: Path, cache: Path, tmp_path: Path
         done = run_trtwarm(*cmd_init_args(model, cache, handoff, "--read-only", "--trust-policy", str(path)))
         assert done.returncode == 2 and "nothing is trusted or served" in done.stderr, done.stderr
         assert _handed_over(handoff) is None and not json.loads((handoff / "engine.json").read_text())["ready"]
+
+
+def test_a_policy_field_given_twice_fails_closed(model: Path, cache: Path, tmp_path: Path) -> None:
+    """Row "a careless operator": ``"mode": "enforce", ..., "mode": "off"`` was read last-wins, i.e. off, and the
+    unsigned entry below was served. A key given twice in any object of the policy is refused (exit 2)."""
+    _private, public = keypair(tmp_path, "ci")
+    handoff = tmp_path / "h"
+    assert run_trtwarm(*cmd_init_args(model, cache, handoff)).returncode == 0  # unsigned: enforce refuses it
+    key = json.dumps({"name": "ci", "public_key_file": public.name})
+    for text in (f'{{"mode": "enforce", "keys": [{key}], "mode": "off"}}',
+                 f'{{"mode": "enforce", "keys": [{key[:-1]}, "models": ["x*"], "models": ["*"]}}]}}'):
+        path = tmp_path / "twice.json"
+        path.write_text(text)
+        done = run_trtwarm(*cmd_init_args(model, cache, handoff, "--read-only", "--trust-policy", str(path)))
+        assert done.returncode == 2 and "given twice" in done.stderr, done.stderr
+        assert "nothing is trusted or served" in done.stderr and "Traceback" not in done.stderr
+        assert _handed_over(handoff) is None

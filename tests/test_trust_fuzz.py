@@ -76,7 +76,7 @@ def test_a_validly_signed_statement_that_is_not_the_manifests_is_refused(
     signed = envelope.sign(payload, private, kid)  # type: ignore[arg-type]
     if payload == expected:
         return
-    with pytest.raises(envelope.BadSignature, match="does not match manifest.json"):
+    with pytest.raises(envelope.BadSignature, match="does not match manifest.json|is not JSON"):  # NaN: not JSON
         envelope.verify(signed, expected, {kid: keys.load_public(pem)})
     assert envelope.verify(envelope.sign(expected, private, kid), expected, {kid: keys.load_public(pem)}) == kid
 

@@ -137,6 +137,7 @@ class Settings:
     verify: str = "digest"
     stamp_dir: Path | None = None  # --verify stamp: node-local stamps (default <handoff_dir>/stamps)
     stamp_max_age: float = 86400.0
+    build_dir: Path | None = None  # --build-dir: where builds happen, private to this process (None: the temp dir)
     log_format: str = "text"
     triton_repo: Path | None = None
     triton_model: str | None = None
@@ -176,6 +177,7 @@ class Settings:
             read_only=ns.read_only, verify=ns.verify, log_format=ns.log_format,
             stamp_dir=Path(getattr(ns, "stamp_dir", None) or Path(ns.handoff_dir) / "stamps").absolute(),
             stamp_max_age=parse_duration(getattr(ns, "stamp_max_age", None) or "1d", "--stamp-max-age"),
+            build_dir=_path_or_none(getattr(ns, "build_dir", None)),
             triton_repo=Path(triton_repo).absolute() if triton_repo else None, triton_model=triton_model,
             remote=getattr(ns, "remote", None) or None, remote_push=getattr(ns, "remote_push", "best-effort"),
             insecure_registry=bool(getattr(ns, "insecure_registry", False)),

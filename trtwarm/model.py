@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from trtwarm.errors import ConfigError, ModelError
+from trtwarm.fs.chunked import check_fd
 from trtwarm.fs.ops import sha256_file
 from trtwarm.onnxwire import Model, WireError, read_model
 
@@ -200,6 +202,26 @@ def inspect_uncached(model: Path, before: dict[str, os.stat_result] | None = Non
         before[""] = model.stat()
     digest, size = sha256_file(model)
     return ModelFacts(ModelFile("", digest, size), tuple(external), tuple(inputs))
+
+
+def digests_hold(model: Path, facts: ModelFacts) -> bool:
+    """Whether the model's files still hash to the digests *facts* names (an untrusted record's check). Each file is
+    opened once (links followed: a model may be a ConfigMap's link; never waiting on a FIFO) and only a regular file
+    of the recorded size is read, through that descriptor: a record cannot make init block or read a huge file."""
+    for path, f in [(model, facts.onnx), *((model.parent / f.location, f) for f in facts.external)]:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size != f.bytes or not check_fd(fd, f.bytes, f.sha256):
+                return False
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+    return True
 
 
 def validate_shapes(facts: ModelFacts, shapes: tuple[ShapeSpec, ...]) -> None:

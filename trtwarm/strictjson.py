@@ -13,13 +13,16 @@ refuses, with :class:`JSONRefused`:
 
 Each caller maps the one error type to its documented exit code, or, for an advisory record (a stat cache, a hit
 record), treats the record as absent. ``tests/test_ownership.py`` fails when a module calls ``json.load``/``loads``
-itself. Imports ``json`` only: the repeat hit uses it.
+itself. Imports ``json`` only (``typing`` for type checkers only): the repeat hit uses it.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # not imported at run time: the repeat hit (trtwarm.init.fasthit) pays for every module it loads
+    from typing import Any
 
 #: deeper than any document trtwarm writes (a manifest is 4 levels deep, a DSSE statement 6)
 MAX_DEPTH = 64

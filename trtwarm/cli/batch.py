@@ -24,11 +24,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from trtwarm import strictjson
 from trtwarm.config import Settings
 from trtwarm.errors import ConfigError, Interrupted, TrtwarmError, exit_code_for, hint_for
 from trtwarm.cli.helptext import long_options, subcommands
 
 log = logging.getLogger("trtwarm.cli.batch")
+#: a list of models is a few KiB; a larger file is refused before it is parsed
+LIST_LIMIT = 16 << 20
 _LIST_HINT = 'e.g. [{"model": "/models/a.onnx", "builder": "onnxruntime", "shape": ["input=1x16:8x16:32x16"]}]'
 
 
@@ -61,8 +64,8 @@ def _parse(path: Path, text: str) -> Any:
         except yaml.YAMLError as exc:
             raise ConfigError(f"--list {path} is not valid YAML: {exc}", hint=_LIST_HINT) from None
     try:
-        return json.loads(text)
-    except ValueError as exc:
+        return strictjson.loads(text, limit=LIST_LIMIT)
+    except strictjson.JSONRefused as exc:
         raise ConfigError(f"--list {path} is not valid JSON: {exc}", hint=_LIST_HINT) from None
 
 

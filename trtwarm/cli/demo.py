@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -10,6 +9,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from trtwarm import strictjson
 
 
 def make_model(path: Path, *, hidden: int = 64, seed: int = 0, external: bool = False, dynamic: bool = True) -> Path:
@@ -78,7 +79,7 @@ def _run(work: Path, cache: Path, keep: bool) -> int:
         if proc.returncode != 0:
             sys.stderr.write(proc.stderr)
             return proc.returncode
-        summary = json.loads(proc.stdout.strip().splitlines()[-1])
+        summary = strictjson.loads(proc.stdout.strip().splitlines()[-1], limit=1 << 20)
         results.append(summary)
         print(f"run {attempt}: {summary['result']:<6} {summary['seconds']['total'] * 1000:.0f} ms  {summary['name']}")
     ok = [r["result"] for r in results] == ["built", "hit"] or keep

@@ -74,6 +74,10 @@ def add_run_flags(init: argparse.ArgumentParser) -> None:
                       "change), digest (SHA-256), load (digest and a real load) (%(default)s)")
     init.add_argument("--stamp-dir", help="node-local directory, private to this uid, of the stamps of --verify stamp "
                       "and of the signatures verified under a trust policy (default: <handoff-dir>/stamps)")
+    init.add_argument("--build-dir", help="where a build, its load check and its hash happen, in a new directory only "
+                      "this process may enter, before the engine is copied onto the cache volume; never on the cache "
+                      "volume or in --handoff-dir (default: the temporary directory, TMPDIR; in a Pod an emptyDir "
+                      "with room for the engine)")
     init.add_argument("--stamp-max-age", default="1d", help="re-hash a file whose stamp, and re-check a signature "
                       "whose record, is older (%(default)s)")
     init.add_argument("--triton-repo", help="also lay out a Triton model repository here")

@@ -24,8 +24,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
+from trtwarm import strictjson
 from trtwarm.config import Settings, env_defaults
 from trtwarm.errors import ConfigError, TrtwarmError
+
+#: a matrix is a few KiB; a larger file is refused before it is parsed
+MATRIX_LIMIT = 16 << 20
 
 
 def _flags(row: Mapping[str, Any], base: Path) -> list[str]:
@@ -54,7 +58,7 @@ def matrix_platforms(path: Path) -> list[str]:
     from trtwarm.node.hostplatform import host_platform, parse_platform
 
     try:
-        doc = json.loads(path.read_text())
+        doc = strictjson.loads(path.read_bytes(), limit=MATRIX_LIMIT)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"--matrix {path}: {getattr(exc, 'strerror', None) or exc}") from None
     given = doc.get("platforms") if isinstance(doc, dict) else None
@@ -72,7 +76,7 @@ def matrix_platforms(path: Path) -> list[str]:
 def matrix_rows(path: Path) -> list[tuple[str, list[str]]]:
     """``(label, init flags)`` per model × precision. :raises ConfigError: unreadable or malformed matrix."""
     try:
-        doc = json.loads(path.read_text())
+        doc = strictjson.loads(path.read_bytes(), limit=MATRIX_LIMIT)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"--matrix {path}: {getattr(exc, 'strerror', None) or exc}", hint="a JSON file: "
                           "{\"models\": [{\"model\": \"a.onnx\"}], \"precision\": [\"fp16\"]}") from None

@@ -1,70 +1,40 @@
-"""A copy that hashes what it wrote, in one read: the Pod-private hand-off (``--handoff copy``).
+"""A copy checked as it is made, between two descriptors: the Pod-private hand-off (``--handoff copy``).
 
-The bytes the server will load are the bytes hashed: either each chunk read from the source is hashed and written
+The bytes the server will load are the bytes checked: either each piece read from the source is hashed and written
 (one read of the source), or, where the filesystem offers it, the copy is a reflink (``FICLONE``: the copy shares
-the source's blocks, copy-on-write) and the copy itself is read back and hashed. Nobody else can write the copy (it
-is this Pod's, under a new name in its hand-off directory), so a write to the source after the check, even in
-place and of the same size, never reaches the server: its digest is compared with the manifest's by the caller.
+the source's blocks, copy-on-write) and the copy itself is read back and checked. Nobody else can write the copy
+(it is this Pod's, under a new name in its hand-off directory), so a write to the source after the check, even in
+place and of the same size, never reaches the server. Who opens the source, and how, is
+:mod:`trtwarm.volume.verified`'s; this module is handed descriptors only.
 
-Imports ``hashlib``, ``os`` and ``fcntl`` only: the repeat hit (:mod:`trtwarm.init.fasthit`) uses it too.
+Imports ``os``, ``fcntl`` and :mod:`trtwarm.fs.chunked` (``hashlib``) only: the repeat hit uses it too.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
-import hashlib
 import os
 import stat
 
+from trtwarm.fs.chunked import check_fd, copy_fd
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # not imported at run time: the repeat hit pays for every module it loads
+    from typing import Any
+
 #: ``_IOW(0x94, 9, int)``: clone a whole file's extents (Btrfs, XFS with reflink, bcachefs, overlayfs over them)
 FICLONE = 0x40049409
-_CHUNK = 16 << 20
 
 
-def copy_hashed(src: str, dst: str, mode: int = 0o644, *, reflink: bool = True) -> tuple[str, int, bool]:
-    """Copy the regular file *src* to the new file *dst* (never a link followed at *src*, never an existing *dst*):
-    ``(SHA-256 of what *dst* holds, its size, whether it is a reflink)``.
-
-    :raises OSError: *src* is missing, a link, unreadable; *dst* exists or cannot be written (it is removed)
-    """
-    sfd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        dfd = os.open(dst, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-        try:
-            if reflink and _clone(sfd, dfd):
-                digest, size = _hash_fd(dfd)
-                return digest, size, True
-            digest, size = _copy_fd(sfd, dfd)
-            return digest, size, False
-        except BaseException:
-            os.unlink(dst)
-            raise
-        finally:
-            os.close(dfd)
-    finally:
-        os.close(sfd)
-
-
-def copy_files(source: str, files: list[list[str]], target: str) -> dict[str, int] | None:
-    """Copy each ``[relative path, sha256]`` of the directory *source* into the new directory *target* with
-    :func:`copy_hashed`: ``{copy: size}``, or None when one copy does not hash to its digest (*target* removed).
-
-    :raises OSError: a file cannot be read or written (*target* is left for :func:`prune`), or *target*'s parent is
-        not a real directory (:func:`own_dir`)
-    """
-    own_dir(os.path.dirname(target))
-    os.mkdir(target)
-    made = {}
-    for rel, digest in files:
-        dst = os.path.join(target, rel)
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        got, size, _reflink = copy_hashed(os.path.join(source, rel), dst)
-        if got != digest:
-            prune(os.path.dirname(target), None, only=os.path.basename(target))
-            return None
-        made[dst] = size
-    return made
+def clone(sfd: int, dfd: int, row: dict[str, Any]) -> bool:
+    """Make the new, empty file behind *dfd* a copy of the file behind *sfd* and check it against the manifest row
+    *row* (``bytes``, ``sha256``, and ``chunk_bytes``/``chunk_sha256`` when it has them): whether the copy holds
+    exactly those bytes. A reflink where the filesystem offers it, then the copy itself is checked (nobody else can
+    write it); otherwise one read of *sfd* that is checked and written (:func:`trtwarm.fs.chunked.copy_fd`)."""
+    if _clone(sfd, dfd):
+        return check_fd(dfd, row["bytes"], row["sha256"], row.get("chunk_bytes"), row.get("chunk_sha256"))
+    return copy_fd(sfd, dfd, row["bytes"], row["sha256"], row.get("chunk_bytes"), row.get("chunk_sha256"))
 
 
 def own_dir(directory: str) -> str:
@@ -116,30 +86,4 @@ def _clone(sfd: int, dfd: int) -> bool:
     return True
 
 
-def _hash_fd(fd: int) -> tuple[str, int]:
-    """SHA-256 and size of the whole file behind *fd*, read from its start."""
-    digest, size = hashlib.sha256(), 0
-    buffer = bytearray(_CHUNK)
-    view = memoryview(buffer)
-    while got := os.preadv(fd, [buffer], size):
-        digest.update(view[:got])
-        size += got
-    return digest.hexdigest(), size
-
-
-def _copy_fd(sfd: int, dfd: int) -> tuple[str, int]:
-    """Read *sfd* once: each chunk is hashed, then written to *dfd*. ``(SHA-256, size)``"""
-    digest, size = hashlib.sha256(), 0
-    buffer = bytearray(min(_CHUNK, max(os.fstat(sfd).st_size, 1 << 16)))
-    view = memoryview(buffer)
-    while got := os.readv(sfd, [buffer]):
-        chunk = view[:got]
-        digest.update(chunk)
-        done = 0
-        while done < got:
-            done += os.write(dfd, chunk[done:])
-        size += got
-    return digest.hexdigest(), size
-
-
-__all__ = ["FICLONE", "copy_files", "copy_hashed", "prune"]
+__all__ = ["FICLONE", "clone", "own_dir", "prune"]

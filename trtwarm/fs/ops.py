@@ -14,6 +14,7 @@ import stat
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from trtwarm import strictjson
 from trtwarm.fs.atomic import fsync_dir
 from trtwarm.fs.atomic import symlink as atomic_symlink
 from trtwarm.fs.atomic import write as atomic_write
@@ -32,6 +33,7 @@ class Mount(NamedTuple):
     device: str  # ``major:minor``
     fstype: str
     options: str  # super options, then mount options, comma-joined
+    super_options: str = ""  # the filesystem's own options (the superblock's: "ro" there binds every mount of it)
 
 
 def mount_of(path: Path | str, mountinfo: str) -> Mount:
@@ -45,8 +47,18 @@ def mount_of(path: Path | str, mountinfo: str) -> Mount:
             continue
         point = fields[4].replace("\\040", " ")
         if (path == point or path.startswith(point.rstrip("/") + "/")) and len(point) >= len(best.point):
-            best = Mount(point, fields[3].replace("\\040", " "), fields[2], tail[0], tail[2] + "," + fields[5])
+            best = Mount(point, fields[3].replace("\\040", " "), fields[2], tail[0], tail[2] + "," + fields[5],
+                         tail[2])
     return best
+
+
+def mountinfo() -> str | None:
+    """The text of ``/proc/self/mountinfo`` (what this process sees mounted where), or None when unreadable."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    except OSError:
+        return None
 
 
 def sha256_file(path: Path) -> tuple[str, int]:
@@ -88,30 +100,43 @@ def read_bounded(path: Path, limit: int) -> bytes:
     :raises OSError: the file is missing, a symlink (``ELOOP``), not a regular file (a FIFO or a device that a
         writer of the volume put there: ``EINVAL``, never a read that blocks) or unreadable
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)  # O_NONBLOCK: opening a FIFO never waits
-    chunks, size = [], 0
-    try:  # plain os.read: a buffered file object costs more than the read itself for small files
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+    return read_bounded_stat(path, limit)[0]
+
+
+def read_bounded_stat(path: Path, limit: int, dir_fd: int | None = None) -> tuple[bytes, os.stat_result]:
+    """:func:`read_bounded`, and the ``fstat`` of the very file read (one open: who owns what was read, e.g. a
+    stamp, is judged on the same file). *dir_fd*: *path* is relative to this directory's descriptor."""
+    # O_NONBLOCK: opening a FIFO never waits
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise OSError(errno.EINVAL, "not a regular file", str(path))
-        while size <= limit and (chunk := os.read(fd, limit + 1 - size)):
-            chunks.append(chunk)
-            size += len(chunk)
+        data = read_fd(fd, limit)
     finally:
         os.close(fd)
-    data = b"".join(chunks)
     if len(data) > limit:
         raise TooLarge(f"{path} is larger than {limit} bytes")
-    return data
+    return data, st
+
+
+def read_fd(fd: int, limit: int) -> bytes:
+    """Up to *limit* + 1 bytes of the regular file behind *fd*, from its start (``pread``: its offset is kept), so
+    the caller sees whether it holds more than *limit*."""
+    chunks, size = [], 0
+    while size <= limit and (chunk := os.pread(fd, limit + 1 - size, size)):
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 def read_json_object(path: Path, limit: int) -> dict[str, Any] | None:
     """A small JSON object file (owner records, leases, the hand-off); None when missing, huge, garbage or not an
     object: these files are advisory, and a reader treats a bad one as absent."""
     try:
-        doc = json.loads(read_bounded(path, limit))
-    except (OSError, TooLarge, ValueError, RecursionError):  # RecursionError: nested too deeply for json
+        return strictjson.loads_object(read_bounded(path, limit), limit=limit)
+    except (OSError, TooLarge, strictjson.JSONRefused):
         return None
-    return doc if isinstance(doc, dict) else None
 
 
 def volume_full(path: Path, margin: int = 1 << 20) -> bool:
@@ -142,6 +167,7 @@ def pid_alive(pid: int) -> bool:
 __all__ = [
     "Mount",
     "mount_of",
+    "mountinfo",
     "FULL_ERRNOS",
     "READ_ONLY_ERRNOS",
     "TooLarge",
@@ -152,6 +178,8 @@ __all__ = [
     "fsync_file",
     "pid_alive",
     "read_bounded",
+    "read_bounded_stat",
+    "read_fd",
     "read_json_object",
     "sha256_file",
     "volume_full",

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
 
 from trtwarm.errors import UnsafeVolume
+from trtwarm.fs.atomic import write_at
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -181,6 +183,32 @@ def rename(root: Path, src: Path, dst: Path) -> None:
             os.rename(src.name, dst.name, src_dir_fd=sfd, dst_dir_fd=dfd)
 
 
+def write(root: Path, path: Path, data: bytes, mode: int, *, durable: bool = True) -> None:
+    """Replace the file *path* below *root* atomically (:func:`trtwarm.fs.atomic.write_at`) through its directory's
+    descriptor: nothing is written through a link. :raises UnsafeVolume: a directory on the way is a link or a file"""
+    with dir_fd(root, path.parent) as fd, _named(path):
+        write_at(fd, path.name, data, mode, durable=durable)
+
+
+def symlink(root: Path, target: Path | str, link: Path) -> None:
+    """Point the link *link* below *root* at *target*, replacing any previous one atomically, through its
+    directory's descriptor. :raises UnsafeVolume: a directory on the way is a link or a file"""
+    with dir_fd(root, link.parent) as fd, _named(link):
+        tmp = f".{link.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+        os.symlink(target, tmp, dir_fd=fd)
+        try:
+            os.replace(tmp, link.name, src_dir_fd=fd, dst_dir_fd=fd)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=fd)
+            raise
+
+
+def write_json(root: Path, path: Path, doc: object, mode: int, *, durable: bool = True) -> None:
+    """:func:`write` of *doc* as indented JSON (as :func:`trtwarm.fs.ops.atomic_write_json` writes it)."""
+    write(root, path, (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode(), mode, durable=durable)
+
+
 def check_tree(root: Path, names: tuple[str, ...]) -> None:
     """Refuse a volume where one of trtwarm's directories *names* (directly below *root*) exists as a symlink or a
     file: checked once by every command before it reads or writes the volume. :raises UnsafeVolume:"""
@@ -194,4 +222,4 @@ def check_tree(root: Path, names: tuple[str, ...]) -> None:
 
 
 __all__ = ["check_dir", "check_tree", "dir_fd", "makedirs", "refusal", "rename", "rmdir", "rmtree", "unlink",
-           "what_is"]
+           "symlink", "what_is", "write", "write_json"]

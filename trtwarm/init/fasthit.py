@@ -32,7 +32,7 @@ import stat
 import sys
 import time
 
-from trtwarm import __version__
+from trtwarm import __version__, strictjson
 from trtwarm.fs import atomic
 from trtwarm.fs.info import FULL_ERRNOS, READ_ONLY_ERRNOS, identity, safely_owned
 from trtwarm.init.hitstart import (
@@ -106,7 +106,7 @@ def _load(directory: str, start: dict[str, Any]) -> dict[str, Any] | None:
         data = os.read(fd, LIMIT + 1)
     finally:
         os.close(fd)
-    record = json.loads(data) if len(data) <= LIMIT else None
+    record = strictjson.loads(data, limit=LIMIT)  # JSONRefused (a ValueError): resolve in full
     if not (isinstance(record, dict) and record.get("schema") == SCHEMA and record.get("version") == __version__
             and record.get("start") == start and record.get("boot_id") == boot_id()
             and time.time() < record["expires"]):
@@ -151,17 +151,22 @@ def _own_dirs(volume: str) -> bool:
 
 
 def _copy(copy: dict[str, Any], report: dict[str, Any], handoff_dir: str) -> dict[str, Any] | None:
-    """``--handoff copy``: the entry's files copied into a new ``<handoff-dir>/copies/<key16>.<rand>/``, each hashed
-    as copied and matched against the digest the record holds (the manifest's): the report's ``path``, ``files``
-    and ``identities`` for the copy, or None (a file changed: resolve in full, which verifies the entry again)."""
-    from trtwarm.fs.copy import copy_files  # hashlib: paid by a copy-mode repeat only, which reads every byte
+    """``--handoff copy``: the entry's files copied into a new ``<handoff-dir>/copies/<key16>.<rand>/`` from
+    descriptors opened once (:func:`trtwarm.init.handcopy.copy_again`), each checked as copied against the rows the
+    record holds (the manifest's): the report's ``path``, ``files`` and ``identities`` for the copy, or None (a file
+    changed: resolve in full, which verifies the entry again)."""
+    from pathlib import Path  # a copy-mode repeat reads every byte: these imports are not its cost
 
-    target = os.path.join(handoff_dir, "copies", f"{report['key'][:16]}.{os.urandom(4).hex()}")
-    files = copy_files(copy["source"], copy["files"], target)
-    if files is None:
+    from trtwarm.errors import EntryInvalid
+    from trtwarm.init.handcopy import CopyChanged, copy_again
+
+    try:
+        target, files, identities = copy_again(Path(handoff_dir), report["key"], Path(copy["source"]),
+                                               copy["files"])
+    except (EntryInvalid, CopyChanged):
         return None
     return {"path": os.path.join(target, os.path.basename(report["path"])), "files": files,
-            "identities": {p: identity(os.lstat(p)) for p in files}, "copy_dir": target}
+            "identities": identities, "copy_dir": str(target)}
 
 
 def _hand_over(record: dict[str, Any], environ: Mapping[str, str], started: float,
@@ -173,7 +178,8 @@ def _hand_over(record: dict[str, Any], environ: Mapping[str, str], started: floa
     if not _holds(record["witnesses"]):  # again after the lease, as the full init looks up after its lease: a gc
         return None  # that removed the entry meanwhile either saw the lease or is seen here
     verified = time.monotonic()
-    atomic.touch(record["use"]["path"], lambda: _file_mode(record["use"]["volume"]))  # = EngineStore.touch_use
+    atomic.touch_below(record["use"]["volume"], record["use"]["path"],  # = EngineStore.touch_use
+                       lambda: _file_mode(record["use"]["volume"]))
     keep = copied.pop("copy_dir", None)
     report = dict(record["report"], **copied, seconds={"key": verified - started, "wait": 0.0, "build": 0.0,
                                                        "verify": 0.0, "total": time.monotonic() - started})
@@ -215,18 +221,24 @@ def _take_lease(lease: dict[str, Any], environ: Mapping[str, str]) -> str | None
     if not os.path.isdir(lease["root"]):
         return None  # a volume without leases yet: the full init takes none either
     pod, namespace, host = environ.get("POD_NAME") or None, environ.get("POD_NAMESPACE") or None, os.uname().nodename
-    directory = os.path.join(lease["root"], lease["key"])
     doc = {"key": lease["key"], "name": lease["name"], "pod": pod, "namespace": namespace,
            "node": environ.get("NODE_NAME") or None, "hostname": host, "pid": os.getpid(), "refreshed": time.time()}
-    try:
+    try:  # every directory from the volume's root reached O_NOFOLLOW: a link there is the full init's to refuse
+        leases, key = atomic.below(lease["volume"], os.path.join(lease["root"], lease["key"]))
         try:
-            os.mkdir(directory)
-        except FileExistsError:
-            if not stat.S_ISDIR(os.lstat(directory).st_mode):  # a link or a file: the full init refuses it (exit 9)
-                raise OSError(errno.ENOTDIR, "not a directory", directory) from None
-        atomic.write(os.path.join(directory, holder(pod, namespace, host) + ".json"),
-                     (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode(), _file_mode(lease["volume"]),
-                     durable=False)
+            try:
+                os.mkdir(key, dir_fd=leases)
+            except FileExistsError:
+                pass
+            directory = os.open(key, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=leases)
+        finally:
+            os.close(leases)
+        try:
+            atomic.write_at(directory, holder(pod, namespace, host) + ".json",
+                            (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode(), _file_mode(lease["volume"]),
+                            durable=False)
+        finally:
+            os.close(directory)
     except OSError as exc:
         if exc.errno in FULL_ERRNOS:
             return "full"

@@ -20,9 +20,17 @@ log = logging.getLogger("trtwarm.init.warm")
 
 
 def hand_over(plan: Plan, entry: Entry, result: str, start: float, *, said: Any, warned: bool) -> WarmReport:
-    """Hand *entry* (obtained as *result*) over and return the report; a fresh build is pushed after the hand-off,
-    which is durable first (docs/decisions.md). *said*/*warned*: the warnings of the key's resolution and lookup
-    (a hit that warned is not recorded for a repeat, which would warn again unseen)."""
+    """Hand *entry* (obtained as *result*, holding its verified bytes) over and return the report; a fresh build is
+    pushed (from those bytes) after the hand-off, which is durable first (docs/decisions.md). *said*/*warned*: the
+    warnings of the key's resolution and lookup (a hit that warned is not recorded for a repeat, which would warn
+    again unseen). The entry's descriptors are closed at the end."""
+    try:
+        return _hand_over(plan, entry, result, start, said=said, warned=warned)
+    finally:
+        entry.close()
+
+
+def _hand_over(plan: Plan, entry: Entry, result: str, start: float, *, said: Any, warned: bool) -> WarmReport:
     settings = plan.settings
     if plan.stamps is not None and result != "built":
         log.info("verified %s: %s", plan.label, plan.stamps.summary())
@@ -36,10 +44,17 @@ def hand_over(plan: Plan, entry: Entry, result: str, start: float, *, said: Any,
     _emit_outcome(plan, result)
     report = _report(plan, entry, result)
     mode = handcopy.mode_of(settings, plan.gate)
-    if plan.seeded and settings.handoff is None and seed.read_only_mount(entry.path):
-        mode = "link"  # a read-only mount (an image volume, pinned by digest) cannot be rewritten after the check
-    copy = handcopy.hand_over_files(settings.handoff_dir, mode, plan.key, entry.path, entry.files, report,
-                                    plan.copier)
+    fixed = plan.seeded and seed.immutable(entry.path)  # an image volume: nothing can rewrite it after the check
+    if fixed and settings.handoff is None:
+        mode = "link"
+    recheck = mode == "link" and plan.gate.mode == "enforce" and not fixed
+    if recheck:
+        log.warning("--handoff link under enforce: the server reads %s on the cache volume, which a writer of the "
+                    "volume can rewrite in place after this check; the sidecar checks it against its signed digests "
+                    "before it first answers ready, but a rewrite after that reaches the server on its next read "
+                    "(--handoff copy closes that window)", entry.path)
+    copy = handcopy.hand_over_files(settings.handoff_dir, mode, plan.key, entry, report, plan.copier,
+                                    recheck=recheck)
     _hand_off(settings, report, plan.builder.name)
     handcopy.prune_copies(settings.handoff_dir, copy)  # earlier copies, and copies of entries that failed a check
     if repeatable:

@@ -17,7 +17,7 @@ from typing import Any
 from trtwarm import __version__
 from trtwarm.errors import VolumeError, volume_error
 from trtwarm.fs import safe
-from trtwarm.fs.ops import atomic_symlink, atomic_write, atomic_write_json, read_json_object
+from trtwarm.fs.ops import atomic_symlink, atomic_write_json, read_json_object
 
 log = logging.getLogger("trtwarm.init.handoff")
 REPORT = "engine.json"
@@ -49,6 +49,9 @@ class WarmReport:
     #: every handed-over file's (device, inode, size, mtime_ns, ctime_ns) when it was handed over: the sidecar's
     #: readiness compares them, so an in-place rewrite of the same size is not ready (any write changes ctime)
     identities: dict[str, list[int]] = field(default_factory=dict)
+    #: a linked hand-off under ``enforce`` of files others can write: each file's manifest row (size, digests), which
+    #: the sidecar checks the file against before it first answers ready (:mod:`trtwarm.sidecar.metrics`)
+    recheck: dict[str, dict[str, Any]] = field(default_factory=dict)
     remote: dict[str, Any] = field(default_factory=dict)  # --remote: bytes/seconds pulled and pushed, errors by kind
 
     def summary(self) -> dict[str, Any]:
@@ -107,9 +110,9 @@ def triton_repo(repo: Path, model: str, engine: Path, builder: str) -> Path:
     version = repo / model / "1"
     repo.mkdir(parents=True, exist_ok=True)
     safe.makedirs(repo, version, 0o755)  # never through a link: Triton's container shares this directory
-    atomic_symlink(engine, version / filename)
+    safe.symlink(repo, engine, version / filename)  # and again for each write: a link swapped in meanwhile too
     config = f'name: "{model}"\nplatform: "{platform}"\ndefault_model_filename: "{filename}"\n'
-    atomic_write(repo / model / "config.pbtxt", config.encode())
+    safe.write(repo, repo / model / "config.pbtxt", config.encode(), 0o644)
     return repo / model
 
 
@@ -135,15 +138,13 @@ def clear(handoff_dir: Path) -> None:
     volume keeps the last report for inspection) and the ``engine`` link is removed.
     """
     try:
-        os.replace(handoff_dir / REPORT, handoff_dir / PREVIOUS)
+        safe.rename(handoff_dir, handoff_dir / REPORT, handoff_dir / PREVIOUS)  # a link there is moved, not followed
     except FileNotFoundError:
         pass
     except OSError as exc:  # a read-only hand-off dir is reported when writing
         log.debug("cannot set %s aside: %s", handoff_dir / REPORT, exc)
     try:
-        os.unlink(handoff_dir / LINK)
-    except FileNotFoundError:
-        pass
+        safe.unlink(handoff_dir, handoff_dir / LINK)
     except OSError as exc:
         log.debug("cannot remove %s: %s", handoff_dir / LINK, exc)
 

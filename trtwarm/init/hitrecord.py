@@ -92,7 +92,7 @@ def remember(plan: Plan, entry: Entry, report: WarmReport, warnings: list[list[s
                           "log_format": s.log_format},
               "report": {k: v for k, v in asdict(report).items() if k != "seconds"}, "warnings": warnings,
               # --handoff copy: a repeat copies (and hashes) the entry's files again, into its own Pod's hand-off
-              "copy": {"source": str(entry.path), "files": [[f["path"], f["sha256"]] for f in entry.files]}
+              "copy": {"source": str(entry.path), "files": entry.files}
               if report.handoff == "copy" else None}
     if len(json.dumps(record)) > fasthit.LIMIT:  # never read back: not worth the write
         return

@@ -6,10 +6,12 @@ stop here); :mod:`trtwarm.init.warm` acts on the plan.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from trtwarm.volume.stamps import StampBook, on_volume
 from trtwarm.volume.statcache import inspect_model
 from trtwarm.volume.store import EngineStore
 from trtwarm.volume.entry import Entry
+from trtwarm.volume.verified import Checker
 
 log = logging.getLogger("trtwarm.init.warm")
 
@@ -46,7 +49,7 @@ class Plan:
     events: EventRecorder | None = None
     gate: Gate = field(default_factory=Gate)  # the trust policy: checks before any load, signs what is published
     stamps: StampBook | None = None  # --verify stamp
-    copier: Any = None  # --handoff copy without stamps: a trtwarm.init.handcopy.CopyingDigest (verify = copy)
+    copier: Any = None  # --handoff copy: a trtwarm.init.handcopy.Copier (the verification's read makes the copy)
     remote: Any = None  # a trtwarm.remote.sync.RemoteSync with --remote
     stuck: tuple[Any, Any, str] | None = None  # (entry dir, its identity, why): damaged, and not movable from here
     memo: Path | None = None  # the stat cache the model's digests were memoised in (see _memo_dir)
@@ -74,17 +77,50 @@ class Plan:
         """``name (key16)`` for log lines."""
         return f"{self.name} ({self.key[:16]})"
 
+    @property
+    def checker(self) -> Checker | None:
+        """How each file of an entry is checked on a hit: the node's stamps (``--verify stamp``) and, with
+        ``--handoff copy``, the copy made while reading (so the load check and the hand-off use that copy)."""
+        if self.stamps is not None:
+            return self.stamps.checker(self.copier)
+        return self.copier
+
     def load_check(self, trust: bool = True) -> Callable[[Entry], None]:
-        """The checks before an entry is handed over; *trust* False for a remote pull, whose ref was checked against
-        the trust policy before its download (the staging directory does not carry the entry's name yet)."""
+        """The checks before an entry is handed over, all on what was verified: the trust policy on the manifest and
+        envelope as read, the builder's checks on its verified bytes (a private directory of links to the checked
+        descriptors, or to the hand-off copies made from them: :meth:`~trtwarm.volume.verified.Bytes.view`), never
+        on the entry's directory read again. *trust* False for a remote pull, whose ref was checked against the trust
+        policy before its download (the staging directory does not carry the entry's name yet)."""
         def check(entry: Entry) -> None:
             if trust:
                 self.gate.check(entry, model_part(self.name))  # the signature, before a byte of the engine is read
-            self.builder.precheck(entry.engine)  # e.g. the plan header's TensorRT version, before TensorRT is loaded
-            if self.settings.verify == "load":
-                self.builder.load(entry.engine, self.facts)
+            load = self.settings.verify == "load"
+            if not load and type(self.builder).precheck is Builder.precheck:
+                return  # nothing to read
+            assert entry.opened is not None, "only a verified entry is checked"
+            with _view(entry, self.settings.build_dir) as view:
+                engine = view / str(entry.manifest["engine_file"])
+                self.builder.precheck(engine)  # e.g. the plan header's TensorRT version, before TensorRT is loaded
+                if load:
+                    self.builder.load(engine, self.facts)
 
         return check
+
+
+@contextlib.contextmanager
+def _view(entry: Entry, parent: Path | None) -> Iterator[Path]:
+    """:meth:`~trtwarm.volume.verified.Bytes.view` of *entry*'s verified bytes, under ``--build-dir``.
+    :raises ConfigError: the private directory cannot be made (not the entry's fault: it is not quarantined)"""
+    assert entry.opened is not None
+    with contextlib.ExitStack() as stack:
+        try:
+            view = stack.enter_context(entry.opened.view(json.dumps(entry.manifest).encode(), parent))
+        except OSError as exc:
+            where = parent or "the temporary directory"
+            raise ConfigError(f"cannot make a private directory for the load check under {where}: {exc.strerror}",
+                              hint="--build-dir (TRTWARM_BUILD_DIR, default TMPDIR) must name a writable directory "
+                              "(in a Pod: an emptyDir)") from None
+        yield view
 
 
 class ModelStore(EngineStore):

@@ -1,5 +1,11 @@
-"""Building a plan's engine and publishing it: staging, the load check, the manifest of every file, the signature,
-the one atomic rename (and, with ``--remote-push required``, the push from staging before that rename).
+"""Building a plan's engine and publishing it: the build and its load check in a Pod-private directory, the copy into
+staging hashed from the private bytes, the manifest of every file, the signature, the one atomic rename (and, with
+``--remote-push required``, the push of the private bytes before that rename).
+
+Builds happen where nobody else can write: a writer of the volume who changes a file in ``.staging`` after the copy
+breaks the signature (the digests are the private bytes'), it cannot make the builder sign its bytes. The entry
+handed over after the publish is the one built (:class:`~trtwarm.volume.entry.Entry` with the private files'
+descriptors and the manifest and signature in memory), never the volume's directory read again.
 
 Call :func:`build_and_publish` with the key's build lock held; :mod:`trtwarm.init.warm` decides when.
 """
@@ -7,23 +13,28 @@ Call :func:`build_and_publish` with the key's build lock held; :mod:`trtwarm.ini
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from trtwarm import __version__
-from trtwarm.errors import BuildError, EntryInvalid
-from trtwarm.fs.ops import volume_full
+from trtwarm.errors import BuildError, ConfigError, EntryInvalid
+from trtwarm.fs import safe
+from trtwarm.fs.ops import pid_alive, volume_full
 from trtwarm.init.plan import Plan
-from trtwarm.volume.files import SCHEMA, list_built
+from trtwarm.volume.entry import UNSIGNED, Entry
+from trtwarm.volume.files import SCHEMA, stage_built
 from trtwarm.volume.lock import PROGRESS_SECONDS
-from trtwarm.volume.entry import Entry
+from trtwarm.volume.store import host_tag
+from trtwarm.volume.verified import Dir
 
 log = logging.getLogger("trtwarm.init.warm")
+_PRIVATE = "trtwarm-build-"
 
 
 @contextlib.contextmanager
@@ -58,54 +69,106 @@ def _manifest(plan: Plan, files: list[dict[str, Any]], build_seconds: float) -> 
                          "hostname": ident.hostname, "pid": os.getpid(), "ci_job": ident.ci_job}}
 
 
-def _build_into(plan: Plan, staging: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """Build, load-check, list and hash every file: return the manifest and its signature (None: no key)."""
+def _build_into(plan: Plan, private: Dir) -> str:
+    """Build into the *private* directory and check that it loads there: the engine's path in it."""
     start = time.monotonic()
     with ticker("building %s", plan.label, every=plan.settings.progress_interval, detail=plan.builder.progress):
         try:
-            engine = plan.builder.build(plan.settings.model, plan.facts, staging)
+            engine = plan.builder.build(plan.settings.model, plan.facts, private.path)
         except BuildError as exc:  # builders word a full disk their own way (ORT: "Protobuf serialization failed")
-            if not volume_full(staging):
+            if not volume_full(private.path):
                 raise
-            log.error("the build failed on a full cache volume: %s", exc.message)
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(staging)) from exc
+            raise BuildError(f"the build failed on a full build directory {private.path.parent}: {exc.message}",
+                             hint="give the build directory room for the engine (--build-dir, TRTWARM_BUILD_DIR; "
+                             "in a Pod an emptyDir whose sizeLimit exceeds the engine)") from exc
     plan.seconds["build"] = time.monotonic() - start
     log.info("built %s in %.1f s%s", plan.label, plan.seconds["build"],
              "; checking that it loads" if plan.builder.checks_load else "")
     try:
-        plan.builder.load(engine, plan.facts)
+        plan.builder.load(engine, plan.facts)  # in the private directory: nobody else can change it meanwhile
     except EntryInvalid as exc:
         raise BuildError(f"the freshly built engine {exc.reason}", hint="the builder produced an engine this node "
                          "cannot load; check the builder and runtime versions") from exc
+    return engine.relative_to(private.path).as_posix()
+
+
+def _stage(plan: Plan, private: Dir, staging: Dir, engine_file: str) -> tuple[dict[str, Any], Entry]:
+    """Copy the build into *staging*, hashing the private bytes as they are copied; the manifest and its signature
+    over those digests. :return: the manifest and the entry as built (its verified bytes: the private files)"""
+    layout = plan.layout
     try:
-        files = list_built(staging, engine.relative_to(staging).as_posix())
+        files, built = stage_built(private, staging, engine_file, layout.file_mode(), layout.dir_mode())
     except EntryInvalid as exc:
         raise BuildError(exc.reason, hint="a builder must write regular files into its output directory") from exc
     manifest = _manifest(plan, files, plan.seconds["build"])
     extra = plan.builder.report()  # what the builder learned (e.g. TensorRT's engine_info), as in engine.json
     if extra:
         manifest["extra"] = extra
-    return manifest, plan.gate.sign(manifest, files)
+    built.envelope = plan.gate.sign(manifest, files)
+    built.envelope_problem = None if built.envelope is not None else UNSIGNED
+    return manifest, Entry(layout.entry_dir(plan.name), manifest, built)
 
 
-def build_and_publish(plan: Plan) -> bool:
-    """Build into a private staging directory and publish it with one rename (call with the key's lock held).
+@contextlib.contextmanager
+def private_build_dir(plan: Plan) -> Iterator[Dir]:
+    """A new directory only this process may enter, under ``--build-dir`` (default: the temporary directory),
+    removed afterwards; those a killed init of this host left there are removed first (an init restarted in the same
+    Pod finds its emptyDir as the killed one left it). :raises ConfigError: it cannot be made there"""
+    parent = plan.settings.build_dir
+    _sweep_private(Path(parent or tempfile.gettempdir()))
+    with contextlib.ExitStack() as stack:
+        try:
+            private = stack.enter_context(Dir.private(parent, f"{_PRIVATE}{plan.key[:16]}.{host_tag()}.{os.getpid()}."))
+        except OSError as exc:
+            where = parent or tempfile.gettempdir()
+            raise ConfigError(f"cannot make a private build directory under {where}: {exc.strerror}",
+                              hint="--build-dir (TRTWARM_BUILD_DIR) must name a writable directory off the cache "
+                              "volume (in a Pod: an emptyDir with room for the engine)") from exc
+        yield private
 
-    :return: whether ours is the entry now (False: another builder published first and ours was discarded)
+
+def _sweep_private(parent: Path) -> None:
+    """Remove the private build directories under *parent* of this host's inits that are gone (``<prefix><key16>.
+    <host>.<pid>.<rand>``, the pid dead): a killed build leaves its partial engine there."""
+    try:
+        names = [p.name for p in parent.iterdir() if p.name.startswith(_PRIVATE)]
+    except OSError:
+        return
+    for name in names:
+        parts = name[len(_PRIVATE):].split(".")
+        if len(parts) == 4 and parts[1] == host_tag() and parts[2].isdigit() and not pid_alive(int(parts[2])):
+            log.info("removing the private build directory %s left by an init that is gone", name)
+            safe.rmtree(parent, parent / name, ignore_errors=True)
+
+
+def build_and_publish(plan: Plan) -> Entry | None:
+    """Build in a private directory, copy it into a staging directory and publish that with one rename (call with
+    the key's lock held).
+
+    :return: the entry as built (its verified bytes: the private files, its manifest and signature in memory; the
+        caller hands it over and closes it), or None: another entry took the name first and ours was discarded
     :raises BuildError: the builder failed; :raises OSError: the volume is full or read-only (see :func:`warm`)
     """
     store = plan.store
     _sweep(store, plan.key)
-    with store.staging(plan.key) as staging:
-        manifest, signature = _build_into(plan, staging)
-        adopted = _remote_push_staged(plan, staging, manifest, signature)  # --remote-push required
-        won = adopted is None and store.publish(staging, plan.name, manifest, signature)
+    with private_build_dir(plan) as private, store.staging(plan.key) as staging:
+        engine_file = _build_into(plan, private)
+        manifest, built = _stage(plan, private, staging, engine_file)
+        try:
+            adopted = _remote_push_staged(plan, staging, built)  # --remote-push required
+            won = adopted is None and store.publish(staging, plan.name, manifest, built.opened.envelope)
+        except BaseException:
+            built.close()
+            raise
     # again: a builder killed just before this one took over may still have been exiting at the first sweep (the
     # kernel drops its lock before the process is gone), and its directory would stay until it is a day old
     _sweep(store, plan.key)
-    if not won and adopted is None:
-        plan.seconds.pop("build", None)
-    return won
+    if not won:
+        built.close()
+        if adopted is None:
+            plan.seconds.pop("build", None)
+        return None
+    return built
 
 
 def _sweep(store: Any, key: str) -> None:
@@ -113,14 +176,13 @@ def _sweep(store: Any, key: str) -> None:
         log.info("removed stale staging directory %s left by a dead builder", path.name)
 
 
-def _remote_push_staged(plan: Plan, staging: Any, manifest: dict[str, Any],
-                        signature: dict[str, Any] | None) -> Entry | None:
-    """``--remote-push required``: push from staging before the local publish; a loser publishes the winner's."""
+def _remote_push_staged(plan: Plan, staging: Dir, built: Entry) -> Entry | None:
+    """``--remote-push required``: push the build (from its verified bytes) before the local publish; a loser
+    publishes the winner's."""
     if plan.remote is None or plan.settings.remote_push != "required":
         return None
-    adopted: Entry | None = plan.remote.push_staged(staging, manifest, signature, plan.name,
-                                                    plan.load_check(trust=False))
+    adopted: Entry | None = plan.remote.push_staged(staging, built, plan.name, plan.load_check(trust=False))
     return adopted
 
 
-__all__ = ["build_and_publish", "ticker"]
+__all__ = ["build_and_publish", "private_build_dir", "ticker"]

@@ -2,12 +2,24 @@
 mounted as a Kubernetes image volume (``trtwarm prebuild --oci-image``; docs/oci.md).
 
 A tier is looked up after the local volume and before the remote repository, in the order given. An entry found
-there is verified like a local one (sizes and SHA-256, or the node's stamps under ``--verify stamp``; its signature
-under a trust policy; the builder's checks) and handed over **in place**, without a copy: an image mount is
-immutable and pinned by digest. A damaged or untrusted entry there cannot be quarantined (the tier is read-only): it
-is reported and skipped. A tier that is missing, empty or has no ``VERSION`` (a runtime that mounted nothing, a wrong
-``subPath``) fails the start at once (exit 6): nobody will ever fill an immutable tier, so waiting ``--lock-timeout``
-for it would only delay the failure.
+there is verified like a local one (through descriptors; sizes and SHA-256, or the node's stamps under ``--verify
+stamp``; its signature under a trust policy; the builder's checks) and handed over **in place**, without a copy,
+only where trtwarm can know that its bytes cannot change after the check (:func:`immutable`: an image volume);
+under ``enforce`` any other tier is handed over as this Pod's copy, made while it is hashed. A damaged or untrusted
+entry there cannot be quarantined (the tier is read-only): it is reported and skipped.
+
+**How it knows** (:func:`immutable`). The mount holding the tier, as ``/proc/self/mountinfo`` shows it, must be a
+filesystem whose *superblock* is read-only (``ro`` in the super options, after the source) of a type that has no
+other writer: ``overlay`` without an ``upperdir`` (how CRI-O and podman mount an image: the image's layers as
+lower directories only), ``squashfs`` or ``erofs``. Nothing in the Pod and no other Pod can write such a
+filesystem (only root on the node can, which is out of the threat model). A read-only *bind* mount (``ro`` in the
+mount options, ``rw`` in the super options) of a hostPath, an NFS export or a PVC is a view of storage that may be
+written elsewhere: it is not immutable, whatever ``statvfs`` says. A runtime that presents an image as a read-only
+bind of its snapshot directory looks the same from inside the Pod, so it is copied too (safe, not free).
+
+A tier that is missing, empty or has no ``VERSION`` (a runtime that mounted nothing, a wrong ``subPath``) fails the
+start at once (exit 6): nobody will ever fill an immutable tier, so waiting ``--lock-timeout`` for it would only
+delay the failure.
 """
 
 from __future__ import annotations
@@ -19,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm.errors import EntryInvalid, VolumeError
+from trtwarm.fs.ops import mount_of
+from trtwarm.fs.ops import mountinfo as read_mountinfo
 from trtwarm.volume.layout import Layout
 from trtwarm.volume.store import EngineStore
 from trtwarm.volume.entry import Entry, check_entry
@@ -44,10 +58,15 @@ def lookup(plan: Any) -> Entry | None:
         path = EngineStore(Layout(tier)).find(plan.key, plan.name)
         if path is None:
             continue
+        in_place = plan.settings.handoff is None and immutable(path)  # no copy needed: no checker that copies
+        checker = (plan.stamps.checker() if plan.stamps else None) if in_place else plan.checker
+        entry = None
         try:
-            entry = check_entry(path, plan.key, file_digest=plan.stamps.digest if plan.stamps else None)
-            plan.load_check()(entry)  # the signature under a trust policy, the builder's checks
+            entry = check_entry(path, plan.key, checker=checker, keep=True)
+            plan.load_check()(entry)  # the signature under a trust policy, the builder's checks, on what was checked
         except EntryInvalid as exc:
+            if entry is not None:
+                entry.close()
             log.warning("the seed cache %s holds %s, but it is refused (%s); it is read-only, so it stays there: "
                         "looking further", tier, plan.label, exc.reason)
             plan.emit("SeedEngineRejected", f"{plan.name} in the seed cache {tier} was refused: {exc.reason}",
@@ -58,13 +77,20 @@ def lookup(plan: Any) -> Entry | None:
     return None
 
 
-def read_only_mount(path: Path) -> bool:
-    """Whether *path* lies on a read-only mount (an image volume, a ``ro`` bind): only then can an entry found there
-    be handed over in place under ``enforce``, since nobody can rewrite it after the check."""
-    try:
-        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
-    except OSError:
+#: filesystems with no writer once their superblock is read-only (overlay: only without an upper directory)
+IMMUTABLE_TYPES = ("overlay", "squashfs", "erofs")
+
+
+def immutable(path: Path, mountinfo: str | None = None) -> bool:
+    """Whether *path* lies on a mount nobody can write after the check (see the module's "How it knows"): only then
+    is an entry found there handed over in place under ``enforce``. *mountinfo*: the text of
+    ``/proc/self/mountinfo`` (read when None; unreadable: False)."""
+    mountinfo = mountinfo if mountinfo is not None else read_mountinfo()
+    if mountinfo is None:
         return False
+    mount = mount_of(os.path.realpath(path), mountinfo)
+    options = mount.super_options.split(",")
+    return mount.fstype in IMMUTABLE_TYPES and "ro" in options and not any(o.startswith("upperdir=") for o in options)
 
 
-__all__ = ["check_tiers", "lookup", "read_only_mount"]
+__all__ = ["IMMUTABLE_TYPES", "check_tiers", "immutable", "lookup"]

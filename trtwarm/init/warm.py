@@ -21,13 +21,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from trtwarm.init import finish, handcopy, handoff, hitrecord, seed
 from trtwarm.config import Settings
-from trtwarm.errors import BuildError, HandoffOnVolume, LockTimeoutError, VolumeError
+from trtwarm.errors import ConfigError, HandoffOnVolume, LockTimeoutError, VolumeError
 from trtwarm.node.events import EventRecorder
 from trtwarm.fs.info import read_only_mount
 from trtwarm.fs.ops import FULL_ERRNOS, READ_ONLY_ERRNOS
@@ -50,7 +51,7 @@ def _lookup(plan: Plan) -> Entry | None:
     start = time.monotonic()
     store = plan.store
     plan.gate.preload()  # the verifier's import overlaps with the hashing that comes next
-    entry = store.lookup(plan.key, plan.name, plan.load_check(), plan.stamps.digest if plan.stamps else plan.copier)
+    entry = store.lookup(plan.key, plan.name, plan.load_check(), plan.checker)
     plan.seconds["verify"] = plan.seconds.get("verify", 0.0) + time.monotonic() - start
     if store.stuck is not None:  # damaged, and this Pod cannot move it away: remember which one, and why
         path, reason = store.stuck
@@ -78,40 +79,38 @@ def _unchanged_damage(plan: Plan) -> bool:
 def _single_flight(plan: Plan) -> tuple[Entry | None, str]:
     """Take the key's lock and build, or wait for the entry; verify it after the lock is released (None: it failed).
 
-    Verifying outside the lock lets the waiters of a large engine hash it side by side, and a builder's own check of
-    what it published delays nobody.
+    Verifying outside the lock lets the waiters of a large engine hash it side by side. What this init built or
+    pulled itself is handed over as it was verified (the private build's or the pull's descriptors, the manifest and
+    signature in memory), never read back from the volume: whatever stands under its name by then is someone else's.
     """
     s = plan.settings
     plan.layout.ensure()
     lock = BuildLock(plan.layout, plan.key, s.identity, mode=s.lock_mode, timeout=s.lock_timeout,
                      on_wait=_on_wait(plan), progress=s.progress_interval, label=plan.name)
-    result, pulled = "waited", None
+    result, ours = "waited", None
     if lock.take_or_wait(lambda: plan.store.find(plan.key, plan.name) is not None):
         try:
             log.info("holding the build lock of %s", plan.label)
             if plan.store.find(plan.key, plan.name) is None:  # else: published between our miss and the lock
-                result, pulled = _pull_or_build_locked(plan, lock)
+                result, ours = _pull_or_build_locked(plan, lock)
         finally:
             lock.release()
     plan.seconds["wait"] = lock.waited
-    if result in ("pulled", "absent"):
-        return pulled, result
+    if result in ("pulled", "absent", "built"):
+        return ours, result
     if result == "waited":
         log.info("%s appeared while waiting %.1f s", plan.label, lock.waited)
         return _lookup(plan), result
-    if result == "lost":  # not ours: whoever published it is checked like any other entry (the trust policy too)
-        log.info("%s was published by someone else while this init held the lock; checking it", plan.label)
-        return _lookup(plan), "waited"
-    entry = plan.store.lookup(plan.key, plan.name)  # ours, just published and checked
-    if entry is None:
-        raise BuildError(f"the published entry {plan.name} did not verify", hint="see the quarantine warning above")
-    return entry, result
+    # "lost": not ours; whoever published it is checked like any other entry (the trust policy too)
+    log.info("%s was published by someone else while this init held the lock; checking it", plan.label)
+    return _lookup(plan), "waited"
 
 
 def _pull_or_build_locked(plan: Plan, lock: BuildLock) -> tuple[str, Entry | None]:
-    """Under the key's lock: pull from ``--remote`` (the pulled entry), else build (``absent``: may not build;
-    ``lost``: an entry this init did not publish took the name meanwhile, e.g. a writer of the volume's). The lock's
-    owner record says which, so the waiters say "being pulled from <store>" or "being built"."""
+    """Under the key's lock: pull from ``--remote`` (the pulled entry), else build (the built entry; ``absent``:
+    may not build; ``lost``: an entry this init did not publish took the name meanwhile, e.g. a writer of the
+    volume's). The lock's owner record says which, so the waiters say "being pulled from <store>" or "being
+    built"."""
     if plan.remote is not None:
         lock.doing(f"pulling from {plan.remote.repo.url}")
         try:
@@ -123,13 +122,14 @@ def _pull_or_build_locked(plan: Plan, lock: BuildLock) -> tuple[str, Entry | Non
             return "lost", None
     if plan.settings.read_only or plan.gate.consumer_only:
         return "absent", None
-    return ("built" if _build_locked(plan, lock.mode) else "lost"), None
+    built = _build_locked(plan, lock.mode)
+    return ("built" if built is not None else "lost"), built
 
 
-def _build_locked(plan: Plan, mode: str) -> bool:
+def _build_locked(plan: Plan, mode: str) -> Entry | None:
     """Build and publish under the GPU's lock too, when the builder has one (parallel builds skew tactic timing).
 
-    :return: whether this build is the published entry (False: another entry took the name first)
+    :return: the entry as built, when this build is the published entry (None: another entry took the name first)
     """
     s = plan.settings
     log.info("building %s (lock mode %s)", plan.label, mode)
@@ -190,6 +190,8 @@ def _obtain(plan: Plan) -> tuple[Entry, str]:
         entry, result = (found, "hit") if found is not None else _build_or_wait(plan)
         if entry is not None and entry.engine.exists():
             return entry, result
+        if entry is not None:
+            entry.close()
         log.warning("%s failed verification or was removed by gc while this init used it; looking again",
                     plan.label)
     raise VolumeError(f"{plan.label} kept disappearing while this init used it",
@@ -234,8 +236,8 @@ def warm(settings: Settings, events: EventRecorder | None = None) -> WarmReport:
     if remote is not None:
         remote.verify_ref = plan.gate.check_ref  # the trust policy, on a ref before its download
     log.info("key %s for %s", plan.key[:16], plan.name)
-    if handcopy.mode_of(settings, plan.gate) == "copy" and plan.stamps is None:
-        plan.copier = handcopy.CopyingDigest(settings.handoff_dir, plan.key)  # the verification's read copies too
+    if handcopy.mode_of(settings, plan.gate) == "copy":
+        plan.copier = handcopy.Copier(settings.handoff_dir, plan.key)  # the verification's read makes the copy
     _take_lease(plan)
     with hitrecord.warnings_said() as warned:  # a hit that warned is not repeated (it would warn again unseen)
         entry, result = _obtain(plan)
@@ -250,6 +252,7 @@ def _prepare(settings: Settings) -> Gate:
         raise HandoffOnVolume(f"the hand-off directory {settings.handoff_dir} is on the cache volume "
                               f"{settings.cache_dir}: a writer of the volume could point the server at any file",
                               hint="mount an emptyDir at --handoff-dir, shared with the inference container only")
+    _check_build_dir(settings)
     seed.check_tiers(settings.seed_caches)  # an empty or unmounted read-only tier fails now, never waits
     handoff.clear(settings.handoff_dir)
     handoff.require_writable(settings.handoff_dir)  # before any build or pull (issue 27: found after it, it wasted it)
@@ -258,6 +261,19 @@ def _prepare(settings: Settings) -> Gate:
         with contextlib.suppress(VolumeError):  # surfaces again, with its reason, if a build turns out to be needed
             Layout(settings.cache_dir).ensure()
     return gate
+
+
+def _check_build_dir(settings: Settings) -> None:
+    """Builds happen where nobody else can write: refuse a ``--build-dir`` (or, without one, a temporary directory)
+    on the cache volume, where a writer of the volume could change the bytes before they are hashed and signed, or
+    in the hand-off directory, which the server's container shares. :raises ConfigError:"""
+    where = settings.build_dir or Path(tempfile.gettempdir())
+    for other, what in ((settings.cache_dir, "the cache volume"), (settings.handoff_dir, "the hand-off directory")):
+        if on_volume(where, other):
+            raise ConfigError(f"the build directory {where} is on {what} {other}: others can write there, and a "
+                              "build must be made, loaded and hashed where only this Pod can", hint="point "
+                              "--build-dir (TRTWARM_BUILD_DIR) at a directory of this Pod's own, e.g. an emptyDir "
+                              "with room for the engine (default: TMPDIR)")
 
 
 # --- remote repository hook (trtwarm.remote; issue 12): pull under the key's lock before a build, push after ---

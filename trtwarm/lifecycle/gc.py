@@ -25,6 +25,7 @@ from typing import Any
 from trtwarm.errors import LockTimeoutError
 from trtwarm.fs import safe
 from trtwarm.lifecycle.filters import select
+from trtwarm.names import bounded
 from trtwarm.lifecycle.entryinfo import EntryInfo
 from trtwarm.lifecycle.inventory import Inventory
 from trtwarm.volume import leases as leaselib
@@ -204,7 +205,7 @@ def remove(layout: Layout, action: Action, respect_leases: bool = True) -> bool:
     """
     trash = layout.root / ".trash"
     safe.makedirs(layout.root, trash, layout.dir_mode())
-    target = trash / f"{action.path.name}.{secrets.token_hex(4)}"
+    target = trash / bounded(action.path.name, f".{secrets.token_hex(4)}")
     try:
         safe.rename(layout.root, action.path, target)  # a link is moved as a link, its target never touched
     except FileNotFoundError:

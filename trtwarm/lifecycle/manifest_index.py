@@ -36,6 +36,7 @@ import stat
 import time
 from typing import Any
 
+from trtwarm import strictjson
 from trtwarm.fs.ops import TooLarge, atomic_write, read_bounded
 from trtwarm.volume.files import MANIFEST
 from trtwarm.volume.layout import Layout
@@ -95,10 +96,10 @@ class ManifestIndex:
         path = layout.root / INDEX
         try:
             header, _, body = read_bounded(path, _LIMIT).partition(b"\n")
-            head = json.loads(header)
+            head = strictjson.loads(header, limit=_LIMIT)
             sealed = isinstance(head, dict) and head.get("schema") == SCHEMA \
                 and head.get("sha256") == hashlib.sha256(body).hexdigest()
-            doc = json.loads(body) if sealed else None
+            doc = strictjson.loads(body, limit=_LIMIT) if sealed else None
         except FileNotFoundError:
             return cls()
         except (OSError, TooLarge, ValueError) as exc:

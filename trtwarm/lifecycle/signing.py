@@ -26,9 +26,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from trtwarm import strictjson
 from trtwarm.config import Identity
 from trtwarm.errors import ConfigError, EntriesDamaged, EntryInvalid, VolumeError, is_volume_errno, volume_error
-from trtwarm.fs.ops import TooLarge, read_bounded
+from trtwarm.fs import safe
 from trtwarm.lifecycle.filters import selector_word
 from trtwarm.trust import envelope as dsse
 from trtwarm.trust import keys
@@ -36,7 +37,8 @@ from trtwarm.trust.policy import REBUILD_HINT, Gate, Policy
 from trtwarm.volume.layout import Layout
 from trtwarm.volume.lock import BuildLock
 from trtwarm.volume.store import SIGNATURE, EngineStore
-from trtwarm.volume.entry import Entry, check_entry, read_manifest
+from trtwarm.volume.entry import UNSIGNED, Entry, check_entry, read_manifest
+from trtwarm.volume.verified import Dir
 
 log = logging.getLogger("trtwarm.sign")
 #: how long `sign` waits for another signer of the same entry
@@ -82,17 +84,19 @@ def select(store: EngineStore, selectors: list[str]) -> list[Path]:
 
 
 def _write_signature(layout: Layout, entry: Entry, envelope: dict[str, Any]) -> None:
-    """Write the envelope under ``.staging/`` and rename it into the entry (one step, same filesystem)."""
-    from trtwarm.fs.ops import atomic_write_json, fsync_dir
-
-    layout.staging.mkdir(mode=layout.dir_mode(), exist_ok=True)
+    """Write the envelope under ``.staging/`` (through its descriptor) and rename it into the entry (one step, same
+    filesystem, relative to both directories' descriptors: a link swapped in for either is never followed)."""
+    safe.makedirs(layout.root, layout.staging, layout.dir_mode())
     tmp = layout.staging / f".sig.{entry.key[:16]}.{os.getpid()}.{secrets.token_hex(4)}.json"
     try:
-        atomic_write_json(tmp, envelope, layout.file_mode())
-        os.rename(tmp, entry.path / SIGNATURE)
+        with Dir.own(layout.root, layout.staging) as staging:
+            staging.write_new(tmp.name, (json.dumps(envelope, indent=2, sort_keys=True) + "\n").encode(),
+                              layout.file_mode())
+        safe.rename(layout.root, tmp, entry.path / SIGNATURE)
     finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(entry.path)
+        safe.unlink(layout.root, tmp)
+    with Dir.open(layout.root, entry.path) as published:
+        published.fsync()
 
 
 def carried_problem(path: Path, entry: Entry, known: dict[str, Any]) -> tuple[Any, str | None]:
@@ -100,13 +104,14 @@ def carried_problem(path: Path, entry: Entry, known: dict[str, Any]) -> tuple[An
 
     It must be a DSSE envelope over exactly this manifest's Statement, and each of its well-formed signatures must
     verify with a key of *known* (key id → public key: the signer's own and the ``--trust-policy``'s keys, whatever
-    their scope). Malformed signature items are dropped (logged), never kept.
+    their scope). Malformed signature items are dropped (logged), never kept. The envelope judged is the one read
+    with the manifest when the entry was verified.
     """
-    try:
-        doc = json.loads(read_bounded(path / SIGNATURE, 1 << 20))
-    except FileNotFoundError:
+    assert entry.opened is not None, "only a verified entry is signed"
+    doc, problem = entry.opened.envelope, entry.opened.envelope_problem
+    if problem == UNSIGNED:
         return None, None
-    except (OSError, TooLarge, ValueError, UnicodeDecodeError, RecursionError):
+    if problem is not None:
         return None, "its manifest.sig.json is unreadable, huge or not JSON"
     try:
         parsed = dsse.parse(doc)
@@ -115,8 +120,8 @@ def carried_problem(path: Path, entry: Entry, known: dict[str, Any]) -> tuple[An
     if parsed.dropped:
         log.warning("%s: dropping %d malformed signature item(s)", path.name, parsed.dropped)
     try:
-        signed = json.loads(parsed.payload)
-    except (ValueError, RecursionError):
+        signed = strictjson.loads(parsed.payload, limit=len(parsed.payload))
+    except strictjson.JSONRefused:
         signed = None
     if signed != dsse.statement(entry.manifest, entry.files):
         return doc, ("the signature it carries is over other content: its engine or manifest.json changed after it "

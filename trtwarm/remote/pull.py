@@ -29,6 +29,7 @@ from typing import Any
 from trtwarm.errors import RemoteError
 from trtwarm.remote.repo import Repository, blob_path, manifest_files
 from trtwarm.remote.waits import Transfer
+from trtwarm.volume.verified import Bytes, Dir
 
 log = logging.getLogger("trtwarm.remote")
 CHUNK = 16 << 20
@@ -129,10 +130,11 @@ def range_size(chunk: int, row: dict[str, Any]) -> int:
     return max(1, chunk // row["chunk_bytes"]) * row["chunk_bytes"]
 
 
-def fetch_blob(repo: Repository, row: dict[str, Any], dest: Path, pool: ThreadPoolExecutor, stats: PullStats,
+def fetch_blob(repo: Repository, row: dict[str, Any], fd: int, pool: ThreadPoolExecutor, stats: PullStats,
                chunk: int = CHUNK, window: int = WINDOW, *, verify: bool = True,
                progress: Transfer | None = None) -> None:
-    """Download the blob of *row* (``sha256``, ``bytes``) into *dest*, verifying it. :raises BlobCorrupt, RemoteError:
+    """Download the blob of *row* (``sha256``, ``bytes``) into the new, empty file behind *fd* (the caller's: opened
+    once, never a path opened again), verifying it. :raises BlobCorrupt, RemoteError:
 
     Every range is queued on *pool* at once (its *window* workers bound what is in flight); a worker streams its
     range to the file in ``PIECE``-sized writes as the bytes arrive, and keeps nothing. A row with chunk digests
@@ -148,7 +150,6 @@ def fetch_blob(repo: Repository, row: dict[str, Any], dest: Path, pool: ThreadPo
     sha = row["sha256"]
     by_chunk = verify and "chunk_sha256" in row
     span = range_size(chunk, row) if by_chunk else chunk
-    fd = os.open(dest, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
     fetch = _RangeWriter(repo, row, _check_present(repo, row), fd, span, by_chunk, progress)
     starts = range(0, row["bytes"], span)
     futures = [pool.submit(fetch, start) for start in starts]
@@ -164,10 +165,9 @@ def fetch_blob(repo: Repository, row: dict[str, Any], dest: Path, pool: ThreadPo
         fetch.failed.set()  # a queued range that starts now returns at once (cancel() misses one starting now)
         for future in futures:
             future.cancel()
-        for future in futures:  # a running fetch still writes to fd: let it finish before fd is closed
+        for future in futures:  # a running fetch still writes to fd: let it finish before the caller closes fd
             with contextlib.suppress(Exception):
                 future.result()
-        os.close(fd)
 
 
 class _RangeWriter:
@@ -265,14 +265,23 @@ def _raise_first_failure(futures: list[Any]) -> None:
     raise (real or errors)[0]
 
 
-def pull_into(repo: Repository, manifest: dict[str, Any], staging: Path, *, chunk: int = CHUNK,
-              window: int = WINDOW, verify: bool = True) -> PullStats:
-    """Fetch and verify every file of *manifest* into *staging* (files only: the caller writes the manifest).
+def pull_into(repo: Repository, manifest: dict[str, Any], staging: Dir | Path, *, chunk: int = CHUNK,
+              window: int = WINDOW, verify: bool = True, into: Bytes | None = None, mode: int = 0o644,
+              dir_mode: int = 0o755) -> PullStats:
+    """Fetch and verify every file of *manifest* into *staging* (files only: the caller writes the manifest), each a
+    new file created through the staging directory's descriptor (never through a link, never an existing file),
+    written, checked and fsynced through its own descriptor. *into*: keeps those descriptors (the verified bytes the
+    caller loads, hands over and pushes; else they are closed).
 
     :raises BlobCorrupt: a blob differs from the manifest; :raises RemoteError: the store failed after retries
     """
+    if not isinstance(staging, Dir):
+        with Dir.open(Path(staging).parent, Path(staging)) as opened:
+            return pull_into(repo, manifest, opened, chunk=chunk, window=window, verify=verify, into=into,
+                             mode=mode, dir_mode=dir_mode)
     start = time.monotonic()
     stats = PullStats()
+    kept = into if into is not None else Bytes()
     try:
         rows = manifest_files(manifest)
     except ValueError as exc:
@@ -282,10 +291,14 @@ def pull_into(repo: Repository, manifest: dict[str, Any], staging: Path, *, chun
             Transfer(getattr(client, "name", repo.url), f"pulling {manifest.get('name', 'the entry')} from", total,
                      getattr(client.remote, "progress", 10.0)) as progress:
         for row in rows:
-            dest = staging / row["path"]
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            fetch_blob(repo, row, dest, pool, stats, chunk, window, verify=verify, progress=progress)
+            fd = staging.create(row["path"], mode, dir_mode)
+            kept.add(row["path"], fd, os.fstat(fd))
+            fetch_blob(repo, row, fd, pool, stats, chunk, window, verify=verify, progress=progress)
+            os.fsync(fd)
+            kept.add(row["path"], fd, os.fstat(fd))  # its identity as written, for a linked hand-off
             stats.files += 1
+    if into is None:
+        kept.close()
     stats.seconds = time.monotonic() - start
     return stats
 

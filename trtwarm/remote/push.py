@@ -13,18 +13,17 @@ reuses a blob gc is deleting", says what window remains.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from trtwarm.errors import RemoteError
 from trtwarm.remote.repo import Repository, blob_path, make_ref, manifest_files
 from trtwarm.remote.waits import Transfer
-from trtwarm.volume.store import SIGNATURE
+from trtwarm.volume.entry import Entry
+from trtwarm.volume.verified import Bytes
 
 log = logging.getLogger("trtwarm.remote")
 PART = 32 << 20
@@ -51,31 +50,24 @@ class PushResult:
     healed: int = 0  # vanished between the HEAD and the ref (a concurrent gc): uploaded again after it
 
 
-def read_signature(entry: Path) -> dict[str, Any] | None:
-    """The entry's ``manifest.sig.json`` as an opaque object, or None when unsigned."""
-    try:
-        doc = json.loads((entry / SIGNATURE).read_bytes())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise RemoteError(f"{entry.name}/{SIGNATURE} is unreadable: {exc}",
-                          hint="run `trtwarm verify --fix` on the volume, then push again") from None
-    return doc if isinstance(doc, dict) else None
-
-
-def push_entry(repo: Repository, entry: Path, manifest: dict[str, Any], signature: dict[str, Any] | None, *,
-               repair: Collection[str] = (), part_size: int = PART, concurrency: int = CONCURRENCY,
-               refresh_age: float = REFRESH_AGE, heal_delay: float = HEAL_DELAY) -> PushResult:
-    """Upload the files of the entry at *entry* (its verified *manifest*) and create its ref with *signature* (the
-    DSSE envelope, or None when unsigned). A reused blob older than *refresh_age* seconds is uploaded again before
-    the ref; after a won ref, every blob it names is checked (*heal_delay* seconds later when one was refreshed) and
-    a missing one uploaded again. :raises RemoteError:"""
+def push_entry(repo: Repository, entry: Entry, *, repair: Collection[str] = (), part_size: int = PART,
+               concurrency: int = CONCURRENCY, refresh_age: float = REFRESH_AGE,
+               heal_delay: float = HEAL_DELAY) -> PushResult:
+    """Upload the files of the verified *entry* (from the descriptors that were checked, never its directory's
+    paths: a link swapped into the entry is never followed) and create its ref with its envelope as read (None when
+    unsigned). A reused blob older than *refresh_age* seconds is uploaded again before the ref; after a won ref,
+    every blob it names is checked (*heal_delay* seconds later when one was refreshed) and a missing one uploaded
+    again. :raises RemoteError:"""
+    if entry.opened is None or set(entry.opened.fds) != {row["path"] for row in entry.files}:
+        raise RemoteError(f"{entry.name}: only an entry verified in this process is pushed")
+    envelope = entry.opened.envelope
+    manifest, signature = entry.manifest, envelope if isinstance(envelope, dict) else None
     start = time.monotonic()
     try:
         rows = manifest_files(manifest)
     except ValueError as exc:
         raise RemoteError(f"{entry.name}: {exc}") from None
-    push = _Push(repo, entry, part_size, concurrency)
+    push = _Push(repo, entry.opened, part_size, concurrency)
     client = repo.client
     with Transfer(getattr(client, "name", repo.url), f"pushing {manifest.get('name', entry.name)} to",
                   sum(row["bytes"] for row in rows), getattr(client.remote, "progress", 10.0)) as progress:
@@ -92,13 +84,14 @@ def push_entry(repo: Repository, entry: Path, manifest: dict[str, Any], signatur
 class _Push:
     """The uploads of one push and their counts."""
 
-    def __init__(self, repo: Repository, entry: Path, part_size: int, concurrency: int) -> None:
-        self.repo, self.entry, self.part_size, self.concurrency = repo, entry, part_size, concurrency
+    def __init__(self, repo: Repository, verified: Bytes, part_size: int, concurrency: int) -> None:
+        self.repo, self.verified, self.part_size, self.concurrency = repo, verified, part_size, concurrency
         self.uploaded = self.sent = 0
 
     def put(self, row: dict[str, Any]) -> None:
         """Upload the file of *row* to its blob."""
-        self.repo.client.put_file(blob_path(row["sha256"]), self.entry / row["path"], self.part_size,
+        # /proc/<pid>/fd/<n>: the file checked, whatever stands under its name now
+        self.repo.client.put_file(blob_path(row["sha256"]), self.verified.proc(row["path"]), self.part_size,
                                   self.concurrency)
         self.uploaded += 1
         self.sent += row["bytes"]
@@ -141,4 +134,4 @@ class _Push:
         return healed
 
 
-__all__ = ["PushResult", "push_entry", "read_signature"]
+__all__ = ["PushResult", "push_entry"]

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from trtwarm import strictjson
 from trtwarm.errors import ManifestInvalid, RemoteError
 from trtwarm.remote.client import Client
 from trtwarm.volume.chunks import chunk_problem
@@ -123,8 +124,8 @@ class Repository:
         if data is None:
             return None
         try:
-            doc = json.loads(data)
-        except (ValueError, UnicodeDecodeError, RecursionError):
+            doc = strictjson.loads(data, limit=REF_LIMIT)
+        except strictjson.JSONRefused:
             raise RemoteError(f"{self.url}/{ref_path(key)} is not JSON") from None
         return check_ref(doc, key)
 

@@ -19,17 +19,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from trtwarm.errors import EntryInvalid, RemoteAuthError, RemoteBucketError, RemoteError
 from trtwarm.remote.backend import open_repository, parse_remote
 from trtwarm.remote.client import KINDS, kind_of
 from trtwarm.remote.pull import BlobCorrupt, pull_into
-from trtwarm.remote.push import push_entry, read_signature
+from trtwarm.remote.push import push_entry
 from trtwarm.remote.url import RemoteURL
 from trtwarm.volume.store import EngineStore
-from trtwarm.volume.entry import Entry, check_entry
+from trtwarm.volume.entry import UNSIGNED, Entry
+from trtwarm.volume.verified import Bytes
 
 log = logging.getLogger("trtwarm.remote")
 PUSH_MODES = ("off", "best-effort", "required")
@@ -119,19 +119,30 @@ class RemoteSync:
         return None
 
     def _fetch(self, ref: dict[str, Any], key: str, name: str, check: Callable[[Entry], None] | None) -> Entry | None:
-        manifest = ref["manifest"]
-        with self.store.staging(key, "pull") as staging:
-            r = self.repo.client.remote
-            stats = pull_into(self.repo, manifest, staging, chunk=r.chunk, window=r.concurrency)
-            try:
-                if check is not None:
-                    check(Entry(staging, manifest))
-            except EntryInvalid as exc:
-                log.warning("the remote engine for %s does not pass this node's checks (%s); building locally",
-                            key[:16], exc.reason)
-                self.emit("RemoteEngineRejected", f"{name} from {self.repo.url} {exc.reason}", "Warning")
-                return None
-            won = self.store.publish(staging, name, manifest, ref.get("signature"))
+        """Pull *ref* into staging, check it and publish it as ``entries/<name>``: the entry as pulled (the pulled
+        files' descriptors, the ref's manifest and signature in memory: what was verified, never the volume's
+        directory read again), or None (refused here, or another entry took the name: the caller checks that one
+        in full)."""
+        manifest, layout = ref["manifest"], self.store.layout
+        pulled = Bytes(ref.get("signature"), None if ref.get("signature") else UNSIGNED)
+        try:
+            with self.store.staging(key, "pull") as staging:
+                r = self.repo.client.remote
+                stats = pull_into(self.repo, manifest, staging, chunk=r.chunk, window=r.concurrency, into=pulled,
+                                  mode=layout.file_mode(), dir_mode=layout.dir_mode())
+                try:
+                    if check is not None:
+                        check(Entry(staging.path, manifest, pulled))
+                except EntryInvalid as exc:
+                    log.warning("the remote engine for %s does not pass this node's checks (%s); building locally",
+                                key[:16], exc.reason)
+                    self.emit("RemoteEngineRejected", f"{name} from {self.repo.url} {exc.reason}", "Warning")
+                    pulled.close()
+                    return None
+                won = self.store.publish(staging, name, manifest, ref.get("signature"))
+        except BaseException:
+            pulled.close()
+            raise
         self.stats.update(pulled_bytes=stats.bytes, pull_seconds=round(stats.seconds, 3),
                           pull_hash_seconds=round(stats.hash_seconds, 3),
                           pull_tail_seconds=round(stats.tail_seconds, 3))
@@ -139,19 +150,21 @@ class RemoteSync:
         log.info("pulled %s from %s: %d files, %.1f MiB in %.2f s%s", name, self.repo.url, stats.files,
                  stats.bytes / 2**20, stats.seconds, f" ({pinned})" if pinned else "")
         if not won:  # another entry took the name: not what was verified here, so the caller checks it in full
+            pulled.close()
             return None
-        entry = self.store.find(key, name)
-        return None if entry is None else check_entry(entry, key, digest=False)
+        return Entry(layout.entry_dir(name), manifest, pulled)
 
-    def push_staged(self, staging: Path, manifest: dict[str, Any], signature: dict[str, Any] | None, name: str,
+    def push_staged(self, staging: Any, built: Entry, name: str,
                     check: Callable[[Entry], None] | None = None) -> Entry | None:
-        """``required``: push a build from its staging directory, before anything is published locally.
+        """``required``: push a build (*built*: its verified bytes, manifest and signature) before anything is
+        published locally from *staging* (a :class:`~trtwarm.volume.verified.Dir`).
 
         :return: None when ours is the ref (or the winner's engine has our bytes): publish ours; else the winner's
             entry, pulled and published instead, so every volume ends with the ref's engine
         :raises RemoteError: the push failed (the Pod fails; nothing was published)
         """
-        self.push(Entry(staging, manifest), signature)
+        manifest = built.manifest
+        self.push(built)
         winner = self.stats.pop("winner", None)
         if winner is None or _engine_sha(winner["manifest"]) == _engine_sha(manifest):
             return None
@@ -164,16 +177,15 @@ class RemoteSync:
         self.stats["push"] = "adopted" if adopted is not None else "lost"
         return adopted
 
-    def push(self, entry: Entry, signature: dict[str, Any] | None = None) -> None:
-        """Push a freshly built entry under :attr:`push_mode` (*signature*: its envelope; None: the entry's
-        ``manifest.sig.json``, if any). :raises RemoteError: only when ``required``."""
+    def push(self, entry: Entry) -> None:
+        """Push a verified entry (its bytes as checked, its envelope as read: :attr:`Entry.opened`) under
+        :attr:`push_mode`. :raises RemoteError: only when ``required``."""
         if self.push_mode == "off":
             return
         try:
             r = self.repo.client.remote
-            envelope = signature if signature is not None else read_signature(entry.path)
-            result = push_entry(self.repo, entry.path, entry.manifest, envelope, repair=self.corrupt,
-                                part_size=max(r.chunk, 5 << 20), concurrency=max(r.concurrency // 2, 1))
+            result = push_entry(self.repo, entry, repair=self.corrupt, part_size=max(r.chunk, 5 << 20),
+                                concurrency=max(r.concurrency // 2, 1))
         except RemoteError as exc:
             self._count(exc)
             self.stats["push"] = "failed"

@@ -11,7 +11,6 @@ base units; histograms hold one observation per Pod, so fleet quantiles come fro
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,9 +20,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from trtwarm.errors import UnsafeVolume
-from trtwarm.fs.info import identity
 from trtwarm.init import handoff
 from trtwarm.lifecycle.gc import REASONS
+from trtwarm.sidecar.readiness import Readiness, engine_ready
 from trtwarm.volume.layout import Layout
 
 log = logging.getLogger("trtwarm.metrics")
@@ -40,61 +39,6 @@ _HISTOGRAMS = (  # (metric, engine.json seconds field, results that observe it, 
     ("trtwarm_verify_duration_seconds", "verify", ("hit", "built", "waited", "pulled"),
      "Time spent verifying the engine (digest, and a load with --verify load)."),
 )
-
-
-def engine_ready(report: dict[str, Any] | None) -> tuple[bool, str]:
-    """Whether the hand-off says ready and every handed-over file is still there with its recorded identity
-    (device, inode, size, mtime, ctime: an in-place rewrite of the same size changes ctime), or, in an older
-    ``engine.json`` without ``identities``, its recorded size; and why not."""
-    if report is None:
-        return False, "no engine.json yet (trtwarm init has not finished)"
-    if report.get("ready") is not True:
-        return False, f"trtwarm init failed: {report.get('error', 'unknown error')}"
-    files = report.get("files")
-    expected = files if isinstance(files, dict) and files else {str(report.get("path")): report.get("engine_bytes")}
-    known = report.get("identities") if isinstance(report.get("identities"), dict) else {}
-    for path, recorded in expected.items():  # every file of the entry (an older engine.json lists none: the engine)
-        what = "engine" if path == report.get("path") else "entry file"
-        try:
-            st = os.lstat(path)
-        except OSError as exc:
-            return False, f"{what} {path} is gone ({exc.strerror})"
-        if st.st_size != recorded:
-            return False, f"{what} {path} is {st.st_size} bytes, engine.json says {recorded}"
-        if path in known and identity(st) != known[path]:
-            return False, f"{what} {path} was rewritten or replaced after it was handed over (its identity changed)"
-    return True, f"ready: {report.get('name')}"
-
-
-class Readiness:
-    """:func:`engine_ready`, asked until it says yes once; from then on the answer comes from memory.
-
-    Once the engine was handed over, the server has it (or is loading it); the hand-off never changes again in this
-    Pod. Re-reading the engine on the shared volume at every probe would let one NFS stall (a ``stat`` that hangs past
-    the probe's timeout) mark every replica NotReady at once although their engines are loaded.
-    """
-
-    def __init__(self, handoff_dir: Path, volume: VolumeWatcher | None = None) -> None:
-        self.handoff_dir, self.volume = handoff_dir, volume
-        self._ready: tuple[str, dict[str, Any]] | None = None
-
-    def check(self) -> tuple[bool, str, dict[str, Any] | None]:
-        """``(ready, why, engine.json)``; reads the hand-off and the engine only until the first yes. Until then a
-        cache volume that is missing or not a trtwarm cache (:attr:`VolumeWatcher.problem`) is not ready, whatever
-        the hand-off says, and *why* says so."""
-        if self._ready is not None:
-            return True, *self._ready
-        report = handoff.read(self.handoff_dir)
-        ready, why = engine_ready(report)
-        problem = self.volume.problem if self.volume is not None else None
-        if ready and self.volume is not None:  # before the first yes (remembered), look now: the first scan may
-            problem = self.volume.check_mounted()  # not have run yet, or be older than the init
-        if problem:
-            ready, why = False, f"{why if not ready else 'engine.json says ready'}; the cache volume is unusable: " \
-                f"{problem}"
-        if ready and report is not None:
-            self._ready = (why, report)
-        return ready, why, report
 
 
 class VolumeWatcher:

@@ -32,6 +32,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from trtwarm import strictjson
 from trtwarm.trust.keys import sign_bytes, verify_signature
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -184,8 +185,8 @@ def verify_parsed(parsed: Parsed, expected: dict[str, Any], trusted: dict[str, A
             raise BadSignature(f"not signed by a trusted key (signed by: {shown}{dropped})")
         raise BadSignature("the signature does not verify (the manifest or its signature was altered)")
     try:
-        signed = json.loads(parsed.payload)
-    except (ValueError, RecursionError):
+        signed = strictjson.loads(parsed.payload, limit=len(parsed.payload))  # bounded by the envelope's read
+    except strictjson.JSONRefused:
         raise BadSignature("the signed payload is not JSON") from None
     if signed != expected:
         raise BadSignature("the signed statement does not match manifest.json (files, digests or key differ)")

@@ -30,13 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trtwarm import strictjson
 from trtwarm.errors import ConfigError, EntryInvalid, TrustError
 from trtwarm.fs.ops import TooLarge, read_bounded
 from trtwarm.key import key_of, model_part
 from trtwarm.trust import envelope, keys, schema
 from trtwarm.trust.schema import MODES
-from trtwarm.volume.store import SIGNATURE
-from trtwarm.volume.entry import Entry
+from trtwarm.volume.entry import Entry, envelope_in
+from trtwarm.volume.verified import Dir
 
 log = logging.getLogger("trtwarm.trust")
 POLICY_LIMIT = 1 << 20
@@ -90,10 +91,10 @@ class Policy:
         :raises ConfigError: unreadable, not JSON, or breaking any rule of the schema (naming the field)
         """
         try:
-            doc = json.loads(read_bounded(path, POLICY_LIMIT))
-        except (OSError, TooLarge, ValueError, UnicodeDecodeError, RecursionError) as exc:
-            why = getattr(exc, "strerror", None) or ("nested too deeply" if isinstance(exc, RecursionError) else exc)
-            raise ConfigError(f"cannot read the trust policy {path}: {why}",
+            doc = strictjson.loads(read_bounded(path, POLICY_LIMIT), limit=POLICY_LIMIT)
+        except (OSError, TooLarge, strictjson.JSONRefused) as exc:
+            why = getattr(exc, "strerror", None) or exc
+            raise ConfigError(f"cannot read the trust policy {path}: {why}; nothing is trusted or served on it",
                               hint="--trust-policy names a JSON file; see docs/trust.md, The trust policy") from None
         spec = schema.parse(doc, str(path), mode_given)
         trusted = tuple(_trusted_key(k, path) for k in spec.keys)
@@ -200,12 +201,9 @@ class Gate:
         directory, any ``--verify``), a signature this node verified before for the same envelope, manifest and
         trusted keys is not checked again (see :meth:`trtwarm.volume.stamps.StampBook.signer`).
         """
-        try:
-            doc = signature or json.loads(read_bounded(entry.path / SIGNATURE, SIGNATURE_LIMIT))
-        except FileNotFoundError:
-            return False, "unsigned (no manifest.sig.json)"
-        except (OSError, TooLarge, ValueError, UnicodeDecodeError, RecursionError):
-            return False, "manifest.sig.json is unreadable, huge or not JSON"
+        doc, problem = (signature, None) if signature else _envelope(entry)
+        if problem is not None:
+            return False, problem
         if (problem := identity_problem(entry, model)) is not None:
             return False, problem
         try:
@@ -278,6 +276,18 @@ class Gate:
         if self.signer is None:
             return None
         return envelope.sign(envelope.statement(manifest, files), self.signer[0], self.signer[1], existing)
+
+
+def _envelope(entry: Entry) -> tuple[Any, str | None]:
+    """The envelope the entry was verified with (read once with its manifest, kept in memory); an entry that was not
+    verified in this process has its envelope read now, through its directory's descriptor."""
+    if entry.opened is not None:
+        return entry.opened.envelope, entry.opened.envelope_problem
+    try:
+        with Dir.open(entry.path.parent.parent, entry.path) as directory:
+            return envelope_in(directory)
+    except EntryInvalid as exc:
+        return None, exc.reason
 
 
 def _fingerprint(doc: Any, expected: dict[str, Any], pems: dict[str, bytes]) -> str:

@@ -15,16 +15,13 @@ files larger than :data:`CHUNK_BYTES` only; a reader accepts any row that obeys 
 
 from __future__ import annotations
 
-import hashlib
 import re
-from pathlib import Path
 from typing import Any
 
 #: the chunk size the publish writes (the remote pull's default range size: one range, one chunk)
 CHUNK_BYTES = 16 << 20
 MIN_CHUNK_BYTES = 1 << 20
 MAX_CHUNK_BYTES = 1 << 30
-_READ = 4 << 20
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -58,31 +55,6 @@ def chunk_count(size: int, chunk_bytes: int = CHUNK_BYTES) -> int:
     return -(-size // chunk_bytes)
 
 
-def hash_file(path: Path, chunk_bytes: int = CHUNK_BYTES) -> tuple[str, int, list[str]]:
-    """``(whole-file SHA-256, bytes, [SHA-256 of each chunk])`` of the file at *path*, in one read pass.
-
-    Each 4 MiB read feeds the whole-file digest in this thread and the current chunk's digest in a helper thread at
-    once (hashlib releases the GIL for large buffers): on two cores the pass costs one hash, not two. The chunk list
-    is returned whatever the size; the caller writes it only for files larger than one chunk.
-    """
-    from concurrent.futures import ThreadPoolExecutor  # here: only a publish hashes this way, never a hit
-
-    whole, chunk, digests, size, filled = hashlib.sha256(), hashlib.sha256(), [], 0, 0
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trtwarm-chunks") as helper, \
-            open(path, "rb", buffering=0) as handle:
-        while data := handle.read(min(_READ, chunk_bytes - filled)):  # never past the chunk's end
-            pending = helper.submit(chunk.update, data)
-            whole.update(data)
-            pending.result()
-            size, filled = size + len(data), filled + len(data)
-            if filled == chunk_bytes:
-                digests.append(chunk.hexdigest())
-                chunk, filled = hashlib.sha256(), 0
-    if filled:
-        digests.append(chunk.hexdigest())
-    return whole.hexdigest(), size, digests
-
-
 def chunk_fields(size: int, digests: list[str], chunk_bytes: int = CHUNK_BYTES) -> dict[str, Any]:
     """The row fields of a file of *size* bytes with chunk digests *digests*: none for a file of one chunk."""
     if size <= chunk_bytes:
@@ -90,5 +62,4 @@ def chunk_fields(size: int, digests: list[str], chunk_bytes: int = CHUNK_BYTES) 
     return {"chunk_bytes": chunk_bytes, "chunk_sha256": digests}
 
 
-__all__ = ["CHUNK_BYTES", "MAX_CHUNK_BYTES", "MIN_CHUNK_BYTES", "chunk_count", "chunk_fields", "chunk_problem",
-           "hash_file"]
+__all__ = ["CHUNK_BYTES", "MAX_CHUNK_BYTES", "MIN_CHUNK_BYTES", "chunk_count", "chunk_fields", "chunk_problem"]

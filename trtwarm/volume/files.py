@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from trtwarm.errors import EntryInvalid
-from trtwarm.fs.ops import sha256_file
-from trtwarm.volume.chunks import chunk_fields, chunk_problem, hash_file
+from trtwarm.volume.chunks import CHUNK_BYTES, chunk_fields, chunk_problem
+from trtwarm.volume.verified import Bytes, Dir
 
 MANIFEST = "manifest.json"
 SIGNATURE = "manifest.sig.json"
@@ -47,63 +46,47 @@ def role_of(path: str, engine_file: str) -> str:
 
 
 def scan_files(root: Path) -> dict[str, os.stat_result]:
-    """``lstat`` of every non-directory under *root*, and of every empty directory (a listed file replaced by a
-    directory is "not a regular file"), by relative POSIX path (subdirectories followed, links not).
+    """``lstat`` of every non-directory under the directory *root*, and of every empty directory (a listed file
+    replaced by a directory is "not a regular file"), by relative POSIX path: through descriptors, subdirectories
+    opened without following a link (:meth:`trtwarm.volume.verified.Dir.scan`).
 
-    :raises EntryInvalid: *root* or a subdirectory cannot be read
+    :raises EntryInvalid: *root* is a link or not a directory, or it or a subdirectory cannot be read
     """
-    found: dict[str, os.stat_result] = {}
-    pending = [("", str(root))]
-    while pending:
-        prefix, path = pending.pop()
-        try:
-            with os.scandir(path) as it:
-                items = [(e.name, e.path, e.stat(follow_symlinks=False)) for e in it]
-        except OSError as exc:
-            raise EntryInvalid(f"entry directory {prefix or '.'} is unreadable ({exc.strerror})") from None
-        if not items and prefix:
-            found[prefix.rstrip("/")] = os.lstat(path)
-        for name, full, st in items:
-            rel = f"{prefix}{name}"
-            if stat.S_ISDIR(st.st_mode):
-                pending.append((rel + "/", full))
-            else:
-                found[rel] = st
-    return found
+    with Dir.open(root.parent.parent, root) as directory:
+        return directory.scan()
 
 
-def list_built(staging: Path, engine_file: str) -> list[dict[str, Any]]:
-    """Hash every file a build left in *staging*: the manifest's ``files``, sorted by path, with chunk digests for a
-    file larger than one chunk (see :mod:`trtwarm.volume.chunks`). Empty directories (a build tool's scratch space)
-    are removed, since an entry holds only listed files.
+def stage_built(private: Dir, staging: Dir, engine_file: str, mode: int, dir_mode: int) -> tuple[list[dict[str, Any]],
+                                                                                               Bytes]:
+    """Copy every file a build left in its *private* directory into *staging*, hashing the bytes read from the
+    private file as they are copied (so what is signed is what was built, whatever happens in staging later):
+    ``(the manifest's files, sorted by path, with chunk digests for a file larger than one chunk; the private files'
+    descriptors)``, the latter the verified bytes handed over, loaded and pushed. Empty directories (a build tool's
+    scratch space) are not copied: an entry holds only listed files.
 
     :raises EntryInvalid: the build left a symlink or something that is not a regular file
     """
-    files = []
-    for rel, st in sorted(scan_files(staging).items()):
-        if rel in SEALS:
-            continue
-        if stat.S_ISDIR(st.st_mode):
-            _remove_empty(staging, rel)
-            continue
-        if not stat.S_ISREG(st.st_mode):
-            kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a regular file"
-            raise EntryInvalid(f"the build left {rel}, which is {kind}")
-        digest, size, chunks = hash_file(staging / rel)
-        files.append({"path": rel, "role": role_of(rel, engine_file), "bytes": size, "sha256": digest,
-                      **chunk_fields(size, chunks)})
-    return files
-
-
-def _remove_empty(staging: Path, rel: str) -> None:
-    """Remove the empty directory *rel* and its parents that become empty, up to (not including) *staging*."""
-    path = staging / rel
-    while path != staging:
-        try:
-            path.rmdir()
-        except OSError:  # not empty: it holds other files
-            return
-        path = path.parent
+    rows, found = [], Bytes()
+    try:
+        for rel, st in sorted(private.scan().items()):
+            if rel in SEALS or stat.S_ISDIR(st.st_mode):
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                kind = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+                raise EntryInvalid(f"the build left {rel}, which is {kind}")
+            fd, _st = private.open_file(rel)
+            try:
+                digest, size, chunks, written = staging.copy_in(fd, rel, CHUNK_BYTES, mode, dir_mode)
+            except BaseException:
+                os.close(fd)
+                raise
+            found.add(rel, fd, written)
+            rows.append({"path": rel, "role": role_of(rel, engine_file), "bytes": size, "sha256": digest,
+                         **chunk_fields(size, chunks)})
+    except BaseException:
+        found.close()
+        raise
+    return rows, found
 
 
 def _safe_path(path: object) -> bool:
@@ -164,23 +147,5 @@ def check_stats(files: list[dict[str, Any]], found: dict[str, os.stat_result], s
         raise EntryInvalid(f"unlisted file {extra[0]} (not in manifest.json)")
 
 
-#: a per-file digest hook: ``(path, the manifest's digest) -> the file's digest`` (see :mod:`trtwarm.volume.stamps`)
-FileDigest = Callable[[Path, str], str]
-
-
-def _sha256(path: Path, _expected: str) -> str:
-    return sha256_file(path)[0]
-
-
-def check_digests(root: Path, files: list[dict[str, Any]], file_digest: FileDigest | None = None) -> None:
-    """Hash every listed file (through *file_digest*, when given). :raises EntryInvalid: a SHA-256 differs from the
-    manifest (corrupt)."""
-    digest_of = file_digest or _sha256
-    for item in files:
-        if digest_of(root / item["path"], item["sha256"]) != item["sha256"]:
-            what = "engine" if item["role"] == "engine" else item["path"]
-            raise EntryInvalid(f"{what} SHA-256 does not match the manifest (corrupt)")
-
-
-__all__ = ["MANIFEST", "ROLES", "SCHEMA", "SEALS", "SIGNATURE", "FileDigest", "check_digests", "check_stats",
-           "list_built", "listed_files", "role_of", "scan_files"]
+__all__ = ["MANIFEST", "ROLES", "SCHEMA", "SEALS", "SIGNATURE", "check_stats", "listed_files", "role_of",
+           "scan_files", "stage_built"]

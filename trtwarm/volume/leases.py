@@ -19,7 +19,7 @@ from pathlib import Path
 
 from trtwarm.config import Identity
 from trtwarm.fs import safe
-from trtwarm.fs.ops import FULL_ERRNOS, READ_ONLY_ERRNOS, atomic_write_json
+from trtwarm.fs.ops import FULL_ERRNOS, READ_ONLY_ERRNOS
 from trtwarm.names import holder
 from trtwarm.volume.layout import Layout
 
@@ -70,7 +70,7 @@ def take(layout: Layout, key: str, name: str, identity: Identity) -> Path | str:
            "hostname": identity.hostname, "pid": os.getpid(), "refreshed": time.time()}
     try:
         safe.makedirs(layout.root, path.parent, layout.dir_mode())
-        atomic_write_json(path, doc, layout.file_mode(), durable=False)  # advisory: its mtime is what counts
+        safe.write_json(layout.root, path, doc, layout.file_mode(), durable=False)  # advisory: its mtime counts
     except OSError as exc:
         if exc.errno in FULL_ERRNOS:
             return "full"
@@ -87,15 +87,12 @@ def not_taken(why: str, name: str) -> str:
             "Pod uses it; it sees only its last use")
 
 
-def release(path: Path | None, layout: Layout | None = None) -> None:
-    """Remove a lease (the Pod is going away); missing is fine. With *layout*, through :mod:`trtwarm.fs.safe`."""
+def release(path: Path | None, layout: Layout) -> None:
+    """Remove a lease (the Pod is going away) through :mod:`trtwarm.fs.safe`; missing is fine."""
     if path is None:
         return
     try:
-        if layout is not None:
-            safe.unlink(layout.root, path)
-        else:
-            path.unlink()
+        safe.unlink(layout.root, path)
     except OSError as exc:
         if exc.errno not in _IGNORED:
             raise

@@ -29,7 +29,9 @@ from typing import Any
 from trtwarm.config import Identity
 from trtwarm.errors import LockTimeoutError
 from trtwarm.fs import safe
-from trtwarm.fs.ops import atomic_write_json, mount_of, read_json_object
+from trtwarm.fs.atomic import below
+from trtwarm.fs.ops import mount_of, read_json_object
+from trtwarm.fs.ops import mountinfo as read_mountinfo
 from trtwarm.volume.layout import Layout
 
 log = logging.getLogger("trtwarm.lock")
@@ -46,11 +48,9 @@ _NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS})
 
 def detect_mode(path: Path, mountinfo: str | None = None) -> tuple[str, str]:
     """Return ``(lock mode, filesystem type)`` suited to the volume at *path*."""
+    mountinfo = mountinfo if mountinfo is not None else read_mountinfo()
     if mountinfo is None:
-        try:
-            mountinfo = Path("/proc/self/mountinfo").read_text()
-        except OSError:
-            return "flock", "unknown"
+        return "flock", "unknown"
     mount = mount_of(os.path.realpath(path), mountinfo)
     fstype, options = mount.fstype, mount.options
     opts = set(options.split(","))
@@ -96,8 +96,12 @@ def _wait_shared(path: Path, released: threading.Event) -> None:
     """Block on a shared flock of *path* (granted once no exclusive holder is left), drop it, set *released*."""
     import fcntl
 
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o664)  # never a file a link points at
+    try:  # never a file a link points at, never in a directory a link swapped in for .locks points at
+        locks, name = below(path.parent.parent, path)
+        try:
+            fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o664, dir_fd=locks)
+        finally:
+            os.close(locks)
     except OSError:  # cannot wait here: the caller tries the lock itself again after a pause
         time.sleep(LEASE_POLL_SECONDS)
         released.set()
@@ -245,7 +249,7 @@ class BuildLock:
 
     def _write_owner(self) -> None:
         ident = self.identity
-        atomic_write_json(self.layout.owner_path(self.lock_id), {
+        safe.write_json(self.layout.root, self.layout.owner_path(self.lock_id), {
             "pod": ident.pod, "namespace": ident.namespace, "node": ident.node, "hostname": ident.hostname,
             "pid": os.getpid(), "started": self._started, "heartbeat": time.time(), "mode": self.mode,
             "label": self.label, "doing": self._doing,

@@ -36,17 +36,22 @@ before it was hashed is not stamped: a second write in the same timestamp tick c
 
 from __future__ import annotations
 
-import json
+import hashlib
 import logging
 import os
 import re
 import stat
 import time
 from pathlib import Path
+from typing import Any
 
+from trtwarm import strictjson
+from trtwarm.fs import safe
 from trtwarm.fs.info import safely_owned
-from trtwarm.fs.ops import TooLarge, atomic_write_json, mount_of, read_bounded, sha256_file
+from trtwarm.fs.ops import TooLarge, atomic_write_json, mount_of, read_bounded_stat
+from trtwarm.fs.ops import mountinfo as read_mountinfo
 from trtwarm.volume.statcache import RACY_SECONDS, identity  # a stamp is keyed as the stat cache is
+from trtwarm.volume.verified import Checker, check_bytes
 
 log = logging.getLogger("trtwarm.stamps")
 #: how long a stamp is trusted before the file is hashed again (catches silent media corruption)
@@ -77,17 +82,15 @@ def on_volume(directory: Path, volume: Path, mountinfo: str | None = None) -> bo
     directory, volume = Path(os.path.realpath(directory)), Path(os.path.realpath(volume))
     if directory == volume or volume in directory.parents:
         return True
+    mountinfo = mountinfo if mountinfo is not None else read_mountinfo()
     if mountinfo is None:
-        try:
-            mountinfo = Path("/proc/self/mountinfo").read_text()
-        except OSError:
-            return False
+        return False
     (dev_d, loc_d), (dev_v, loc_v) = _where(directory, mountinfo), _where(volume, mountinfo)
     return bool(dev_d) and dev_d == dev_v and (loc_d == loc_v or loc_d.startswith(loc_v.rstrip("/") + "/"))
 
 
 class StampBook:
-    """The stamps of one node (a directory); :meth:`digest` is the per-file hook of ``store.check_entry``.
+    """The stamps of one node (a directory); :meth:`checker` gives the per-file hook of ``check_entry``.
 
     :param directory: node-local and private (see the module's threat model); created 0700 when missing
     :param files: whether file stamps are used (``--verify stamp``), not only signature records: said in warnings
@@ -120,21 +123,23 @@ class StampBook:
             return False
         return True
 
-    def digest(self, path: Path, expected: str) -> str:
-        """The SHA-256 of the file at *path*: *expected* when a trusted stamp vouches for it, else hashed.
-
-        A hash that matches *expected* is stamped. :raises OSError: the file cannot be read
-        """
-        before = os.stat(path)
-        if self.usable() and (stamp := self._stamp(before, expected)) is not None:
-            self.vouched += 1
-            self.oldest = min(self.oldest, stamp["at"])
-            return expected
-        actual, size = sha256_file(path)
-        self.hashed, self.hashed_bytes = self.hashed + 1, self.hashed_bytes + size
-        if actual == expected and self.usable():
-            self._record(path, before, actual)
-        return actual
+    def checker(self, then: Checker | None = None) -> Checker:
+        """The per-file :data:`~trtwarm.volume.verified.Checker` of ``check_entry``: a file whose identity a trusted
+        stamp vouches for holding the row's digests is not hashed; any other is checked (*then*, default
+        :func:`~trtwarm.volume.verified.check_bytes`) and, when it matches, stamped. With *then* (the hand-off copy,
+        which reads every byte anyway) *then* runs in either case; a vouched file still counts as vouched."""
+        def check(fd: int, row: dict[str, Any]) -> int | None:
+            before = os.fstat(fd)  # the identity of the very file checked, never of a path opened again
+            if self.usable() and (stamp := self._stamp(before, row)) is not None:
+                self.vouched += 1
+                self.oldest = min(self.oldest, stamp["at"])
+                return then(fd, row) if then is not None else fd
+            verified = (then or check_bytes)(fd, row)
+            self.hashed, self.hashed_bytes = self.hashed + 1, self.hashed_bytes + before.st_size
+            if verified is not None and self.usable():
+                self._record(fd, before, row)
+            return verified
+        return check
 
     def _sig_path(self, fingerprint: str) -> Path:
         return self.directory / f"sig-{fingerprint}.json"
@@ -142,10 +147,11 @@ class StampBook:
     def _record_path(self, st: os.stat_result) -> Path:
         return self.directory / f"{st.st_dev:x}-{st.st_ino:x}.json"
 
-    def _stamp(self, st: os.stat_result, expected: str) -> dict | None:
-        """The stamp that vouches for the file *st* holding *expected*, or None."""
+    def _stamp(self, st: os.stat_result, row: dict[str, Any]) -> dict | None:
+        """The stamp that vouches for the file *st* holding the digests of *row*, or None."""
         doc = self._read(self._record_path(st))
-        ok = doc is not None and doc.get("stat") == identity(st) and doc.get("sha256") == expected and self._fresh(doc)
+        ok = doc is not None and doc.get("stat") == identity(st) and doc.get("sha256") == row["sha256"] \
+            and doc.get("chunks") == _chunks_digest(row) and self._fresh(doc)
         return doc if ok else None
 
     def _fresh(self, doc: dict) -> bool:
@@ -154,15 +160,11 @@ class StampBook:
     def _read(self, record: Path) -> dict | None:
         """A record of this directory, or None: missing, unreadable, or not safely owned (then with a warning)."""
         try:
-            fd = os.open(record, os.O_RDONLY | os.O_NOFOLLOW)
-            try:
-                owner = os.fstat(fd)
-            finally:
-                os.close(fd)
-            doc = json.loads(read_bounded(record, _LIMIT))
+            data, owner = read_bounded_stat(record, _LIMIT)  # one open: the owner judged is the file read
+            doc = strictjson.loads(data, limit=_LIMIT)
         except FileNotFoundError:
             return None
-        except (OSError, TooLarge, ValueError) as exc:
+        except (OSError, TooLarge, strictjson.JSONRefused) as exc:
             log.debug("ignoring unreadable stamp %s: %s", record, exc)
             return None
         if not safely_owned(owner):
@@ -205,19 +207,17 @@ class StampBook:
                         "writable, node-local directory (--stamp-dir)", self.directory, exc.strerror or exc,
                         self._without)
 
-    def _record(self, path: Path, before: os.stat_result, digest: str) -> None:
+    def _record(self, fd: int, before: os.stat_result, row: dict[str, Any]) -> None:
         now = time.time()
         if now - max(before.st_mtime_ns, before.st_ctime_ns) / 1e9 < RACY_SECONDS:
-            log.debug("not stamping %s: changed %.1f s ago", path, now - before.st_ctime_ns / 1e9)
+            log.debug("not stamping %s: changed %.1f s ago", row["path"], now - before.st_ctime_ns / 1e9)
+            return
+        if identity(os.fstat(fd)) != identity(before):  # written while it was hashed
             return
         try:
-            if identity(os.stat(path)) != identity(before):  # rewritten while it was hashed
-                return
-        except OSError:  # gone (gc, quarantine): nothing to stamp
-            return
-        try:
-            atomic_write_json(self._record_path(before), {"stat": identity(before), "sha256": digest, "at": now,
-                                                          "path": str(path)}, 0o600, durable=False)
+            atomic_write_json(self._record_path(before), {"stat": identity(before), "sha256": row["sha256"],
+                                                          "chunks": _chunks_digest(row), "at": now,
+                                                          "path": row["path"]}, 0o600, durable=False)
         except OSError as exc:  # a lost stamp costs one hash on the next hit, nothing more
             self._not_written(exc)
             return
@@ -238,13 +238,20 @@ class StampBook:
         for item in ours:
             try:
                 if item.stat(follow_symlinks=False).st_mtime < cutoff:
-                    os.unlink(item.path)
+                    safe.unlink(self.directory, Path(item.path))  # the link itself, relative to the directory's fd
             except OSError:  # gone already (another Pod pruned it), or not ours to remove: harmless
                 pass
 
     def summary(self) -> str:
         """``N by stamp, M hashed (B bytes)`` for the log."""
         return f"{self.vouched} file(s) by stamp, {self.hashed} hashed ({self.hashed_bytes} bytes)"
+
+
+def _chunks_digest(row: dict[str, Any]) -> str | None:
+    """What a stamp records of *row*'s chunk digests (which a check by chunk compares, not the whole-file digest):
+    the SHA-256 of their list, or None for a row without them."""
+    chunks = row.get("chunk_sha256")
+    return hashlib.sha256("".join(chunks).encode()).hexdigest() if chunks else None
 
 
 __all__ = ["MAX_AGE_SECONDS", "RACY_SECONDS", "StampBook", "identity", "on_volume"]

@@ -9,17 +9,17 @@ hashed is not memoised: a second write in the same timestamp tick could otherwis
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
-import stat
 import time
 from pathlib import Path
 
+from trtwarm import strictjson
 from trtwarm.errors import ModelError
 from trtwarm.fs.info import identity
-from trtwarm.fs.ops import FULL_ERRNOS, READ_ONLY_ERRNOS, TooLarge, atomic_write_json, read_bounded, sha256_file
-from trtwarm.model import ModelFacts, check_model_path, external_path, inspect_uncached
+from trtwarm.fs import safe
+from trtwarm.fs.ops import FULL_ERRNOS, READ_ONLY_ERRNOS, TooLarge, read_bounded
+from trtwarm.model import ModelFacts, check_model_path, digests_hold, external_path, inspect_uncached
 
 log = logging.getLogger("trtwarm.statcache")
 #: a file changed less than this before it was read is not memoised (here, in stamps or in ls's manifest index)
@@ -48,7 +48,7 @@ def _load(record: Path, model: Path) -> tuple[ModelFacts, str] | None:
     """The facts a record memoises and where they came from (``parse``, or ``volume``: copied from the volume's
     stat cache, see :func:`inspect_model`), if the model's files still have the record's stamps."""
     try:
-        doc = json.loads(read_bounded(record, _LIMIT))
+        doc = strictjson.loads_object(read_bounded(record, _LIMIT), limit=_LIMIT)
         facts = ModelFacts.from_json(doc["facts"])
         for f in facts.external:
             external_path(model, f.location)  # a record cannot make init stat or hash files elsewhere
@@ -71,24 +71,12 @@ def _store(record: Path, model: Path, facts: ModelFacts, stamps: dict[str, list[
         return
     try:
         record.parent.mkdir(exist_ok=True)
-        atomic_write_json(record, {"model": str(model), "stamps": stamps, "facts": facts.to_json(), "source": source})
+        safe.write_json(record.parent.parent, record,  # never through a link at .statcache (the volume's)
+                        {"model": str(model), "stamps": stamps, "facts": facts.to_json(), "source": source}, 0o644)
     except OSError as exc:
         if exc.errno not in READ_ONLY_ERRNOS | FULL_ERRNOS:
             raise
         log.debug("stat cache not written (%s): %s", record, exc.strerror)  # a read-only volume still works
-
-
-def _digests_hold(model: Path, facts: ModelFacts) -> bool:
-    """Whether the model's files still hash to the digests *facts* names (an untrusted record's check). Only regular
-    files of the recorded size are read: a record cannot make init block on a FIFO or read a huge file."""
-    for path, f in [(model, facts.onnx), *((model.parent / f.location, f) for f in facts.external)]:
-        try:
-            st = os.stat(path)
-            if not stat.S_ISREG(st.st_mode) or st.st_size != f.bytes or sha256_file(path)[0] != f.sha256:
-                return False
-        except OSError:
-            return False
-    return True
 
 
 def _from_volume(volume: Path, model: Path, cache_dir: Path | None) -> ModelFacts | None:
@@ -99,7 +87,7 @@ def _from_volume(volume: Path, model: Path, cache_dir: Path | None) -> ModelFact
         return None
     facts = found[0]
     before = _stamps(model, facts)
-    if not _digests_hold(model, facts):
+    if not digests_hold(model, facts):
         _ignored(model)
         return None
     if cache_dir is not None and before is not None and _stamps(model, facts) == before:  # unchanged while hashed
@@ -130,7 +118,7 @@ def inspect_model(model: Path, cache_dir: Path | None, *, rehash: bool = False,
             again = _load(record_path(fallback, model), model) if fallback is not None else None
             if again is not None and again[0] == facts:
                 return facts, True
-        elif not rehash or _digests_hold(model, facts):
+        elif not rehash or digests_hold(model, facts):
             return facts, True
         else:
             _ignored(model)

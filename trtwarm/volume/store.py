@@ -1,19 +1,25 @@
 """Verified lookup and atomic publication of cache entries.
 
-Publish protocol (the guarantee; the lock only avoids duplicate work): build in a private directory under
-``.staging/`` on the same filesystem, fsync the files, write ``manifest.json`` last, fsync the directory, rename
-it into ``entries/`` once, fsync ``entries/``. A reader sees a complete entry or none. If the rename finds the
-target taken, another builder won the race: our copy is discarded and theirs is used.
+Publish protocol (the guarantee; the lock only avoids duplicate work): stage the files in a new directory under
+``.staging/`` on the same filesystem (each created, written, ``fchmod``-ed and fsynced through its own descriptor,
+relative to the staging directory's, which is held from its creation: :class:`~trtwarm.volume.verified.Dir`), write
+``manifest.json`` last, fsync the directory, rename it into ``entries/`` once, fsync ``entries/``. A reader sees a
+complete entry or none. If the rename finds the target taken, another builder won the race: our copy is discarded
+and theirs is used. Nothing here changes a mode or removes a directory through a path a writer of the volume could
+swap.
 
 Lookup verifies before it hands anything over: manifest readable, bounded and for this key; every file it lists
 (see :mod:`trtwarm.volume.files`) a regular file (not a symlink) of the recorded size and SHA-256, and no file it
-does not list. A failing entry is renamed into ``.quarantine/`` and reported as a miss, so the caller rebuilds.
+does not list; through descriptors, which the returned entry keeps (:mod:`trtwarm.volume.verified`). A failing
+entry is renamed into ``.quarantine/`` (a name that fits whatever the entry is called) and reported as a miss, so
+the caller rebuilds.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import logging
 import os
 import time
@@ -22,13 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm.fs import safe
-from trtwarm.fs.atomic import touch
+from trtwarm.fs.atomic import touch_below
 from trtwarm.errors import EntryInvalid
-from trtwarm.fs.ops import READ_ONLY_ERRNOS, atomic_write_json, fsync_dir, fsync_file, pid_alive
+from trtwarm.fs.ops import READ_ONLY_ERRNOS, fsync_dir, pid_alive
 from trtwarm.key import sanitize
-from trtwarm.volume.files import MANIFEST, SIGNATURE, FileDigest, scan_files
+from trtwarm.names import bounded
+from trtwarm.volume.files import MANIFEST, SIGNATURE
 from trtwarm.volume.entry import Entry, check_entry
 from trtwarm.volume.layout import Layout
+from trtwarm.volume.verified import Checker, Dir
 
 log = logging.getLogger("trtwarm.store")
 STALE_STAGING_SECONDS = 24 * 3600.0
@@ -58,20 +66,25 @@ class EngineStore:
             return None
 
     def lookup(self, key: str, name: str | None = None, check: Callable[[Entry], None] | None = None,
-               file_digest: FileDigest | None = None) -> Entry | None:
-        """Return the verified entry for *key*, or None; a bad entry is quarantined and reported as None.
+               checker: Checker | None = None) -> Entry | None:
+        """Return the verified entry for *key*, holding its verified bytes (:attr:`Entry.opened`: close it when
+        done), or None; a bad entry is quarantined and reported as None.
 
-        :param check: an extra check (e.g. a real load); it raises :class:`EntryInvalid` to reject the entry
-        :param file_digest: see :func:`check_entry`
+        :param check: an extra check (e.g. the trust policy, a real load) on the verified entry; it raises
+            :class:`EntryInvalid` to reject it
+        :param checker: see :func:`check_entry`
         """
         path = self.find(key, name)
         if path is None:
             return None
+        entry = None
         try:
-            entry = check_entry(path, key, file_digest=file_digest)
+            entry = check_entry(path, key, checker=checker, keep=True)
             if check is not None:
                 check(entry)
         except EntryInvalid as exc:
+            if entry is not None:
+                entry.close()
             if not os.path.lexists(path):  # removed by gc while we read it: a plain miss
                 return None
             log.warning("entry %s failed verification: %s; quarantining it", path.name, exc.reason)
@@ -87,7 +100,7 @@ class EngineStore:
             asked to repair) instead of warning and going on (a hit, which can still hand over another entry)
         """
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        target = self.layout.quarantine / f"{path.name}.{stamp}.{sanitize(reason, 40)}.{os.urandom(2).hex()}"
+        target = self.layout.quarantine / bounded(path.name, f".{stamp}.{sanitize(reason, 40)}.{os.urandom(2).hex()}")
         try:
             safe.makedirs(self.layout.root, self.layout.quarantine, self.layout.dir_mode())
             safe.rename(self.layout.root, path, target)  # a link in entries/ is moved as a link
@@ -103,14 +116,15 @@ class EngineStore:
         return target
 
     @contextlib.contextmanager
-    def staging(self, key: str, what: str = "build") -> Iterator[Path]:
-        """Create a private staging directory for a build (or *what*: a pull) of *key*; remove it afterwards unless
-        published."""
+    def staging(self, key: str, what: str = "build") -> Iterator[Dir]:
+        """Create a private staging directory for a build (or *what*: a pull) of *key*, held open (everything in it
+        is written relative to its descriptor); remove it afterwards unless published."""
         name = f"{key[:16]}.{_host()}.{os.getpid()}.{os.urandom(4).hex()}"
         path = self.layout.staging / name
         safe.makedirs(self.layout.root, path, self.layout.dir_mode())
         try:
-            yield path
+            with Dir.open(self.layout.root, path) as staged:
+                yield staged
         except BaseException as exc:
             log.info("removing the staging directory %s: the %s did not finish", path.name, what)
             log.debug("the %s ended with %s", what, type(exc).__name__)
@@ -118,24 +132,21 @@ class EngineStore:
         finally:
             safe.rmtree(self.layout.root, path, ignore_errors=True)
 
-    def publish(self, staging: Path, name: str, manifest: dict[str, Any],
+    def publish(self, staging: Dir, name: str, manifest: dict[str, Any],
                 signature: dict[str, Any] | None = None) -> bool:
-        """Seal *staging* with *manifest* (and *signature*, a DSSE envelope, as ``manifest.sig.json``) and rename it
-        to ``entries/<name>``.
+        """Seal *staging* (its files written, ``fchmod``-ed and fsynced through their descriptors already) with
+        *signature* (a DSSE envelope, as ``manifest.sig.json``) and *manifest*, each a new file written through the
+        staging directory's descriptor, and rename it to ``entries/<name>``.
 
         :return: True if ours is now the entry, False if another builder published first (ours is discarded)
         """
         mode = self.layout.file_mode()
-        for rel in scan_files(staging):
-            os.chmod(staging / rel, mode)
-            fsync_file(staging / rel)
         if signature is not None:
-            atomic_write_json(staging / SIGNATURE, signature, mode)
-        atomic_write_json(staging / MANIFEST, manifest, mode)
-        os.chmod(staging, self.layout.dir_mode())
-        fsync_dir(staging)
+            staging.write_new(SIGNATURE, _json(signature), mode)
+        staging.write_new(MANIFEST, _json(manifest), mode)
+        staging.fsync(self.layout.dir_mode())
         try:
-            safe.rename(self.layout.root, staging, self.layout.entry_dir(name))
+            safe.rename(self.layout.root, staging.path, self.layout.entry_dir(name))
         except OSError as exc:
             if exc.errno not in _LOST_RACE:
                 raise
@@ -161,7 +172,12 @@ class EngineStore:
 
     def touch_use(self, key: str) -> None:
         """Record that *key* was used now (for LRU garbage collection); ignored on a read-only volume."""
-        touch(self.layout.use_path(key), self.layout.file_mode)
+        try:  # .uses reached without following a link: the mark is never made in another directory
+            touch_below(self.layout.root, self.layout.use_path(key), self.layout.file_mode)
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            raise safe.refusal(self.layout.uses) from None
 
     def entries(self) -> Iterator[Path]:
         """Yield the entry directories (unverified), in directory order."""
@@ -182,6 +198,16 @@ def staging_stale(path: Path, now: float, max_age: float = STALE_STAGING_SECONDS
     return dead or age > max_age
 
 
+def _json(doc: dict[str, Any]) -> bytes:
+    """A seal's bytes, as :func:`trtwarm.fs.ops.atomic_write_json` writes them."""
+    return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
+
+
+def host_tag() -> str:
+    """This host's name as a field of a directory name (no ``.``): who made a staging or private build directory."""
+    return _host()
+
+
 def _host() -> str:
     return sanitize(os.uname().nodename, 32).replace(".", "-")  # '.' separates the staging name's fields
 
@@ -194,4 +220,4 @@ def _listdir(path: Path) -> list[Path]:
         return []
 
 
-__all__ = ["MANIFEST", "SIGNATURE", "STALE_STAGING_SECONDS", "EngineStore", "FileDigest", "staging_stale"]
+__all__ = ["MANIFEST", "SIGNATURE", "STALE_STAGING_SECONDS", "EngineStore", "host_tag", "staging_stale"]

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -27,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trtwarm import strictjson
 from trtwarm.errors import ConfigError
 
 AUTH_FILE_LIMIT = 1 << 20
@@ -76,7 +76,7 @@ def parse_auth_file(data: bytes, source: str) -> dict[str, Credentials]:
 
     :raises ValueError: not a JSON object, or an entry whose ``auth`` is not base64 of ``user:password``
     """
-    doc = json.loads(data)
+    doc = strictjson.loads(data, limit=AUTH_FILE_LIMIT)  # JSONRefused is a ValueError
     if not isinstance(doc, dict):
         raise ValueError("not a JSON object")
     auths = doc.get("auths", doc if "auths" not in doc and not {"credsStore", "credHelpers"} & set(doc) else {})

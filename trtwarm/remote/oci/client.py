@@ -14,13 +14,13 @@ The path interface the shared pull and push use (``head``, ``stream_range``, ``p
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import urljoin
 
+from trtwarm import strictjson
 from trtwarm.errors import ConfigError, RemoteAuthError, RemoteError, RemoteUnreachable
 from trtwarm.remote.oci.auth import Credentials, load_credentials, parse_challenge
 from trtwarm.remote.oci.failures import AUTH_HINT, failure, unreachable
@@ -260,7 +260,7 @@ class OciClient:
             if response.status != 200:
                 raise self.fail(response, "GET", "tags/list")
             try:
-                doc = json.loads(response.data)
+                doc = strictjson.loads(response.data, limit=MANIFEST_LIMIT)
                 tags = doc.get("tags") or []
             except (ValueError, AttributeError):
                 raise RemoteError(f"{self.remote.url}: tags/list did not answer a JSON tag list") from None

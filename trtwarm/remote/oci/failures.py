@@ -4,13 +4,15 @@ and never a credential."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from trtwarm import strictjson
 from trtwarm.errors import RemoteAuthError, RemoteError, RemoteUnreachable
 from trtwarm.remote.oci.auth import Credentials
 from trtwarm.remote.oci.url import OciURL
 
+#: an error answer is read this far at most (its first error is all that is shown)
+ERROR_BODY_LIMIT = 1 << 20
 AUTH_HINT = ("check the registry credentials: the auth file (REGISTRY_AUTH_FILE, ~/.docker/config.json, or the "
              "mounted image pull secret's .dockerconfigjson) and that they may pull (and, to push, push) the "
              "repository")
@@ -24,7 +26,7 @@ CA_HINT = ("a registry whose certificate a private CA signed: set SSL_CERT_FILE 
 def registry_error(body: bytes) -> str:
     """``CODE: message`` of a distribution-spec error body (the first error), or a short excerpt."""
     try:
-        first = json.loads(body)["errors"][0]
+        first = strictjson.loads(body, limit=ERROR_BODY_LIMIT)["errors"][0]
         return f"{first.get('code')}: {str(first.get('message'))[:200]}"
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         return body[:120].decode("utf-8", "replace").strip()

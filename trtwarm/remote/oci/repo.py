@@ -18,12 +18,12 @@ the engines differ). ``remote gc`` deletes manifests only: blobs are the registr
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 from collections.abc import Iterator
 from typing import Any
 
+from trtwarm import strictjson
 from trtwarm.errors import RemoteError
 from trtwarm.remote.oci.client import OciClient
 from trtwarm.remote.oci.layout import MANIFEST, REF_TYPE, canonical, check_entry_manifest, entry_manifest
@@ -81,8 +81,8 @@ class OciRepository(Repository):
             raise RemoteError(f"{where}: the ref document does not match its digest (corrupt in the registry): "
                               "refused")
         try:
-            doc = json.loads(blob)
-        except (ValueError, UnicodeDecodeError, RecursionError):
+            doc = strictjson.loads(blob, limit=REF_LIMIT)
+        except strictjson.JSONRefused:
             raise RemoteError(f"{where}: the ref document is not JSON") from None
         ref = check_ref(doc, key)
         files = [(row["sha256"], row["bytes"]) for row in manifest_files(ref["manifest"])]

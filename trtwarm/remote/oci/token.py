@@ -4,16 +4,19 @@ file, or anonymously; credentials never travel in clear to a token service that 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
+from trtwarm import strictjson
 from trtwarm.errors import RemoteAuthError, RemoteError
 from trtwarm.remote.oci.auth import Credentials, token_from
 from trtwarm.remote.oci.failures import AUTH_HINT, registry_error
 from trtwarm.remote.oci.url import OciURL, is_loopback
+
+#: a token service's answer: a token and a few fields
+TOKEN_LIMIT = 1 << 20
 
 
 def bearer_token(remote: OciURL, params: dict[str, str], push: bool, creds: Credentials | None,
@@ -42,7 +45,7 @@ def bearer_token(remote: OciURL, params: dict[str, str], push: bool, creds: Cred
     try:
         if response.status != 200:
             raise ValueError(f"status {response.status}")
-        return token_from(json.loads(response.data))
+        return token_from(strictjson.loads(response.data, limit=TOKEN_LIMIT))
     except ValueError as exc:
         raise RemoteError(f"the token service {realm} gave no usable token ({exc})") from None
 
