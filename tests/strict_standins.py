@@ -1,0 +1,493 @@
+"""Stricter stand-ins for what no machine here has, written independently of :mod:`standins` to follow more of the
+real stack's documented behaviour, where trtwarm's behaviour can depart from it:
+
+* ``pynvml`` (nvidia-ml-py): ``NVMLError(code)`` builds the code's subclass; handles are objects; MIG mode per GPU,
+  MIG devices answering NOT_SUPPORTED for PCI info and core counts and reporting their own memory, the parent's
+  ``nvmlDeviceGetMemoryInfo`` refused in MIG mode (NO_PERMISSION), GPU and compute instance ids.
+* ``tensorrt``: ``import tensorrt`` maps ``libnvinfer.so.<major>`` (the bindings' extension links it);
+  ``IPluginRegistry.load_library`` opens the library with the dynamic loader, asks it for its creators' names and
+  "will fail and return None if any of the plugins are already registered" (by name, not by path);
+  ``deregister_library`` forgets them and, with ``$STRICT_TRT_DLCLOSE=1``, closes the library (so a changed file
+  can be loaded again; without, the process keeps the old copy mapped, as ld.so does for a library that cannot be
+  unloaded).
+* ``onnxruntime`` (onnxruntime-gpu): ``capi/build_and_package_info.py`` naming ``package_name``, ``__version__`` and
+  ``cuda_version``; a ``libonnxruntime_providers_tensorrt.so`` whose ``DT_NEEDED`` names ``libnvinfer.so.<major>``
+  and ``libcudart.so.<major>``; provider options parsed as ``onnxruntime_pybind_state.cc`` does (an unknown key or a
+  malformed boolean raises); the EP reads the ``ORT_TENSORRT_*`` variables only when given no options.
+
+Every call that matters is recorded as a JSON line in ``$STRICT_LOG``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import standins as st
+
+H100 = {"name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6", "cc": [9, 0],
+        "pci": "00000000:81:00.0", "memory": 85520809984, "cores": 16896, "clock": 1980}
+A100 = {"name": "NVIDIA A100-SXM4-80GB", "uuid": "GPU-1d0e3a2b-5c6d-4e7f-8a9b-0c1d2e3f4a5b", "cc": [8, 0],
+        "pci": "00000000:01:00.0", "memory": 85899345920, "cores": 6912, "clock": 1410}
+
+PYNVML = r'''
+import json as _json
+NVML_ERROR_UNINITIALIZED, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_SUPPORTED = 1, 2, 3
+NVML_ERROR_NO_PERMISSION, NVML_ERROR_NOT_FOUND = 4, 6
+NVML_DEVICE_MIG_DISABLE, NVML_DEVICE_MIG_ENABLE = 0, 1
+NVML_CLOCK_GRAPHICS, NVML_CLOCK_SM, NVML_CLOCK_MEM = 0, 1, 2
+_GPUS = _json.loads(%r)
+
+
+class NVMLError(Exception):
+    _classes = {}
+
+    def __new__(cls, value):
+        obj = Exception.__new__(NVMLError._classes.get(value, cls) if cls is NVMLError else cls)
+        obj.value = value
+        return obj
+
+    def __init__(self, value):
+        Exception.__init__(self, value)
+
+
+for _code, _name in ((2, "InvalidArgument"), (3, "NotSupported"), (4, "NoPermission"), (6, "NotFound")):
+    NVMLError._classes[_code] = globals()["NVMLError_" + _name] = type("NVMLError_" + _name, (NVMLError,), {})
+
+
+class _Handle:
+    def __init__(self, gpu, mig=None):
+        self.gpu, self.mig = gpu, mig
+
+
+class _Struct:
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+
+
+def nvmlInit():
+    pass
+
+
+def nvmlShutdown():
+    pass
+
+
+def nvmlSystemGetDriverVersion():
+    return "580.95.05"
+
+
+def nvmlSystemGetCudaDriverVersion_v2():
+    return 13000
+
+
+def nvmlDeviceGetCount():
+    return len(_GPUS)
+
+
+def nvmlDeviceGetHandleByIndex(i):
+    return _Handle(_GPUS[i])
+
+
+def nvmlDeviceGetName(h):
+    return h.gpu["name"] + (" MIG " + h.mig["profile"] if h.mig else "")
+
+
+def nvmlDeviceGetUUID(h):
+    return (h.mig or h.gpu)["uuid"]
+
+
+def nvmlDeviceGetCudaComputeCapability(h):
+    return tuple(h.gpu["cc"])
+
+
+def nvmlDeviceGetPciInfo(h):
+    if h.mig:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return _Struct(busId=h.gpu["pci"])
+
+
+def nvmlDeviceGetMemoryInfo(h):
+    if h.mig is None and h.gpu.get("mig"):
+        raise NVMLError(NVML_ERROR_NO_PERMISSION)
+    return _Struct(total=(h.mig or h.gpu)["memory"])
+
+
+def nvmlDeviceGetAttributes_v2(h):
+    if not h.mig:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return _Struct(memorySizeMB=h.mig["memory"] >> 20)
+
+
+def nvmlDeviceGetNumGpuCores(h):
+    if h.mig:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return h.gpu["cores"]
+
+
+def nvmlDeviceGetMaxClockInfo(h, clock):
+    return h.gpu["clock"]
+
+
+def nvmlDeviceGetMigMode(h):
+    if "mig" not in h.gpu:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    return [int(bool(h.gpu["mig"]))] * 2
+
+
+def nvmlDeviceGetMaxMigDeviceCount(h):
+    return 7
+
+
+def nvmlDeviceGetMigDeviceHandleByIndex(h, i):
+    if i >= len(h.gpu.get("mig") or []):
+        raise NVMLError(NVML_ERROR_NOT_FOUND)
+    return _Handle(h.gpu, h.gpu["mig"][i])
+
+
+def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(h):
+    if not h.mig:
+        raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+    return _Handle(h.gpu)
+
+
+def nvmlDeviceGetGpuInstanceId(h):
+    return h.mig["gi"]
+
+
+def nvmlDeviceGetComputeInstanceId(h):
+    return h.mig["ci"]
+'''
+
+
+def pynvml(standins: Path, gpus: list[dict[str, object]]) -> Path:
+    """The stand-in ``pynvml`` for *gpus* (NVML index order; a GPU with ``"mig": [...]`` is in MIG mode)."""
+    standins.mkdir(parents=True, exist_ok=True)
+    (standins / "pynvml.py").write_text(PYNVML % json.dumps(gpus))
+    return standins
+
+
+TENSORRT = r'''
+import ctypes, json, os, struct
+
+__version__ = "{version}"
+_lib = ctypes.CDLL("libnvinfer.so.{major}", mode=ctypes.RTLD_GLOBAL)  # what the bindings' extension links
+
+
+def _record(*what):
+    if os.environ.get("STRICT_LOG"):
+        with open(os.environ["STRICT_LOG"], "a") as log:
+            log.write(json.dumps([str(w) for w in what]) + "\n")
+
+
+class _Value:
+    def __init__(self, name, value):
+        self.name, self.value = name, value
+
+    def __int__(self):
+        return self.value
+
+
+def _enum(*names):
+    return type("Enum", (), {{n: _Value(n, i) for i, n in enumerate(names)}})
+
+
+BuilderFlag = _enum("FP16", "INT8", "DEBUG", "GPU_FALLBACK", "REFIT", "DISABLE_TIMING_CACHE", "TF32", "SPARSE_WEIGHTS",
+                    "SAFETY_SCOPE", "OBEY_PRECISION_CONSTRAINTS", "PREFER_PRECISION_CONSTRAINTS", "DIRECT_IO",
+                    "REJECT_EMPTY_ALGORITHMS", "VERSION_COMPATIBLE", "EXCLUDE_LEAN_RUNTIME", "FP8", "BF16",
+                    "STRIP_PLAN")
+NetworkDefinitionCreationFlag = _enum("EXPLICIT_BATCH", "STRONGLY_TYPED")
+MemoryPoolType = _enum("WORKSPACE")
+HardwareCompatibilityLevel = _enum("NONE", "AMPERE_PLUS", "SAME_COMPUTE_CAPABILITY")
+ProfilingVerbosity = _enum("LAYER_NAMES_ONLY", "NONE", "DETAILED")
+
+
+class ILogger:
+    Severity = _enum("INTERNAL_ERROR", "ERROR", "WARNING", "INFO", "VERBOSE")
+
+    def __init__(self):
+        pass
+
+
+class IProgressMonitor:
+    def __init__(self):
+        pass
+
+
+class IStreamWriter:
+    def __init__(self):
+        pass
+
+
+def init_libnvinfer_plugins(logger, namespace):
+    return True
+
+
+class IPluginRegistry:
+    def __init__(self):
+        self.creators, self.libraries = {{}}, []
+
+    def load_library(self, plugin_path):
+        lib = ctypes.CDLL(os.path.abspath(plugin_path), mode=ctypes.RTLD_LOCAL)
+        lib.strictCreatorNames.restype = ctypes.c_char_p
+        names = lib.strictCreatorNames().decode().split(",")
+        if any(n in self.creators for n in names):  # "fail and return None if any ... are already registered"
+            _record("load_library refused", plugin_path, *names)
+            return None
+        handle = ctypes.c_void_p(lib._handle)
+        self.libraries.append((handle, lib, names))
+        self.creators.update(dict.fromkeys(names, handle))
+        _record("load_library", plugin_path, *names)
+        return handle
+
+    def deregister_library(self, handle):
+        for entry in list(self.libraries):
+            if entry[0] is handle:
+                self.libraries.remove(entry)
+                for name in entry[2]:
+                    del self.creators[name]
+                _record("deregister_library", *entry[2])
+                if os.environ.get("STRICT_TRT_DLCLOSE") == "1":
+                    import _ctypes
+                    _ctypes.dlclose(entry[1]._handle)
+
+
+_REGISTRY = IPluginRegistry()
+
+
+def get_plugin_registry():
+    return _REGISTRY
+
+
+class _Cache:
+    def serialize(self):
+        return b"timing cache"
+
+    def combine(self, other, ignore_mismatch):
+        return True
+
+
+class _Config:
+    def __init__(self):
+        self.progress_monitor, self.flags = None, set()
+
+    @property
+    def plugins_to_serialize(self):
+        return self._plugins
+
+    @plugins_to_serialize.setter
+    def plugins_to_serialize(self, paths):
+        self._plugins = [str(p) for p in paths]
+        _record("plugins_to_serialize", *self._plugins)
+
+    def set_memory_pool_limit(self, pool, size):
+        pass
+
+    def set_flag(self, flag):
+        self.flags.add(flag.name)
+
+    def clear_flag(self, flag):
+        self.flags.discard(flag.name)
+
+    def add_optimization_profile(self, profile):
+        return 0
+
+    def create_timing_cache(self, data):
+        return _Cache()
+
+    def set_timing_cache(self, cache, ignore_mismatch):
+        return True
+
+    def get_timing_cache(self):
+        return _Cache()
+
+
+class _Profile:
+    def set_shape(self, name, min, opt, max):
+        pass
+
+
+class OnnxParser:
+    num_errors = 0
+
+    def __init__(self, network, logger):
+        pass
+
+    def parse_from_file(self, path):
+        return True
+
+    def get_used_vc_plugin_libraries(self):
+        return []
+
+
+class Builder:
+    def __init__(self, logger):
+        pass
+
+    def create_network(self, flags=0):
+        return object()
+
+    def create_builder_config(self):
+        return _Config()
+
+    def create_optimization_profile(self):
+        return _Profile()
+
+    def build_serialized_network_to_stream(self, network, config, writer):
+        _record("build", ",".join(sorted(_REGISTRY.creators)))
+        major, minor, patch, build = (int(p) for p in __version__.split("."))
+        plan = struct.pack("<II", 0x74727466, 0) + bytes(16) + bytes([major, minor, patch, build % 256]) + bytes(64)
+        done = writer.write(plan) == len(plan)
+        if os.environ.get("STRICT_AFTER_BUILD"):  # e.g. replace a plugin on disk between two builds of a batch
+            os.system(os.environ.pop("STRICT_AFTER_BUILD"))
+        return done
+
+
+class _Engine:
+    num_layers, num_optimization_profiles, device_memory_size_v2, refittable = 1, 1, 0, False
+    hardware_compatibility_level = HardwareCompatibilityLevel.NONE
+    profiling_verbosity = ProfilingVerbosity.LAYER_NAMES_ONLY
+
+    def create_execution_context(self):
+        return object()
+
+    def create_engine_inspector(self):
+        return None
+
+
+class Runtime:
+    def __init__(self, logger):
+        self.engine_host_code_allowed = False
+
+    def deserialize_cuda_engine(self, blob):
+        return _Engine() if bytes(blob[:4]) == struct.pack("<I", 0x74727466) else None
+'''
+
+
+def tensorrt(standins: Path, version: str = "10.16.1.11", dists: tuple[str, ...] = ("tensorrt",)) -> Path:
+    """The stand-in ``tensorrt`` package and the ``.dist-info`` of each of *dists* (plain ``tensorrt``: the tarball's
+    or an NGC image's wheel). ``import tensorrt`` needs ``libnvinfer.so.<major>`` on ``LD_LIBRARY_PATH``."""
+    package = standins / "tensorrt"
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text(TENSORRT.format(version=version, major=version.split(".")[0]))
+    for dist in dists:
+        dist_info(standins, dist, version)
+    return package
+
+
+def dist_info(standins: Path, dist: str, version: str) -> None:
+    info = standins / f"{dist.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+
+
+def plugin(directory: Path, creators: str, name: str = "libplugin.so") -> Path:
+    """A plugin library with ``load_library``'s entry points, naming its creators through ``strictCreatorNames``."""
+    return st.compile_library(directory, name, "void setLoggerFinder(void *f) {}\n"
+                              "void *getPluginCreators(int *n) { *n = 0; return 0; }\n"
+                              f'const char *strictCreatorNames(void) {{ return "{creators}"; }}\n')
+
+
+ONNXRUNTIME = r'''
+import json, os
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from onnxruntime.capi import onnxruntime_pybind11_state as _state
+
+_BOOLS = {"True": True, "true": True, "False": False, "false": False}
+_KNOWN = {"device_id", "trt_max_partition_iterations", "trt_min_subgraph_size", "trt_max_workspace_size",
+          "trt_fp16_enable", "trt_int8_enable", "trt_engine_cache_enable", "trt_timing_cache_enable",
+          "trt_builder_optimization_level", "trt_layer_norm_fp32_fallback", "trt_sparsity_enable",
+          "trt_profile_min_shapes", "trt_profile_opt_shapes", "trt_profile_max_shapes", "trt_dump_ep_context_model",
+          "trt_ep_context_file_path", "trt_ep_context_embed_mode", "trt_auxiliary_streams", "trt_tactic_sources"}
+
+
+class GraphOptimizationLevel:
+    ORT_ENABLE_ALL = 99
+
+
+class SessionOptions:
+    def __init__(self):
+        self.entries, self.log_severity_level = {}, 2
+
+    def add_session_config_entry(self, key, value):
+        self.entries[key] = value
+
+
+def get_available_providers():
+    return ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
+
+
+def _settings(options):
+    if not options:  # no options struct: the EP reads its variables
+        env = os.environ
+        return {"fp16": env.get("ORT_TENSORRT_FP16_ENABLE", "0") != "0", "from": "environment"}
+    for key, value in options.items():
+        if key not in _KNOWN:
+            raise _state.InvalidArgument("Invalid TensorRT EP option: " + key)
+        if key.endswith(("_enable", "_fallback")) and value not in _BOOLS:
+            raise _state.InvalidArgument(f"The value for the key '{key}' should be 'True' or 'False'.")
+    return {"fp16": _BOOLS[options.get("trt_fp16_enable", "False")], "from": "options"}
+
+
+class _Input:
+    def __init__(self, value):
+        self.name, self.type = value.name, "tensor(float)"
+        self.shape = [d.dim_value or d.dim_param for d in value.type.tensor_type.shape.dim]
+
+
+class InferenceSession:
+    def __init__(self, path, sess_options=None, providers=None, provider_options=None, **kwargs):
+        name, options = providers[0] if isinstance(providers[0], tuple) else (providers[0], {})
+        options = {str(k): str(v) for k, v in options.items()}
+        settings = _settings(options)
+        if os.environ.get("STRICT_LOG"):
+            with open(os.environ["STRICT_LOG"], "a") as log:
+                log.write(json.dumps({"provider": name, "options": options, "settings": settings}) + "\n")
+        model = onnx.load(str(path), load_external_data=False)
+        self.inputs = [_Input(v) for v in model.graph.input]
+        target, so = sess_options.entries.get("ep.context_file_path"), sess_options
+        if so.entries.get("ep.context_enable") == "1" and target:
+            node = helper.make_node("EPContext", [i.name for i in model.graph.input],
+                                    [o.name for o in model.graph.output], domain="com.microsoft", embed_mode=1,
+                                    ep_cache_context="engine " + json.dumps(settings, sort_keys=True))
+            graph = helper.make_graph([node], "ctx", list(model.graph.input), list(model.graph.output))
+            onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                                    helper.make_opsetid("com.microsoft", 1)]), target)
+
+    def get_inputs(self):
+        return self.inputs
+
+    def run(self, outputs, feeds):
+        return [np.zeros((1, 4), dtype="float32")]
+'''
+
+
+def onnxruntime(standins: Path, version: str = "1.20.1", cuda: str | None = "12.2", nvinfer: int = 10,
+                cudart: int | None = 12) -> Path:
+    """onnxruntime-gpu *version* as its wheel installs it: the package, its ``.dist-info``, its build info naming
+    *cuda* (None: none), and its TensorRT provider library linking ``libnvinfer.so.<nvinfer>`` and
+    ``libcudart.so.<cudart>`` (found through its RUNPATH ``$ORIGIN``, where they are not)."""
+    capi = standins / "onnxruntime" / "capi"
+    capi.mkdir(parents=True, exist_ok=True)
+    (standins / "onnxruntime" / "__init__.py").write_text(ONNXRUNTIME)
+    (capi / "__init__.py").write_text("")
+    (capi / "onnxruntime_pybind11_state.py").write_text("class Fail(Exception):\n    pass\n\n\n"
+                                                       "class InvalidArgument(Exception):\n    pass\n")
+    info = f"package_name = 'onnxruntime-gpu'\n__version__ = '{version}'\n"
+    (capi / "build_and_package_info.py").write_text(info + (f"cuda_version = '{cuda}'\n" if cuda else ""))
+    dist_info(standins, "onnxruntime-gpu", version)
+    scratch = standins / "link-time"
+    links = [st.compile_library(scratch, f"libnvinfer.so.{nvinfer}", "int a(void) { return 0; }\n",
+                                soname=f"libnvinfer.so.{nvinfer}").name]
+    if cudart is not None:
+        links.append(st.cuda_runtime(scratch, cudart).name)
+    provider = st.compile_library(scratch, "libonnxruntime_providers_tensorrt.so", "int b(void) { return 0; }\n",
+                                  link=tuple(links))
+    shutil.move(str(provider), capi / provider.name)
+    shutil.rmtree(scratch)
+    return standins / "onnxruntime"

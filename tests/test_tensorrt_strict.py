@@ -1,0 +1,124 @@
+"""Real ``trtwarm`` processes against the stricter stand-ins of :mod:`strict_standins` (onnxruntime-gpu as its wheel
+installs it, a plugin registry that opens libraries with the dynamic loader, NVML with MIG): where trtwarm's keys
+and builds must follow what the real stack does. No TensorRT runs here (docs/tensorrt.md, What has run where)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import run_trtwarm
+
+import standins as st
+import strict_standins as strict
+from trtwarm.cli.demo import make_model
+
+SHAPE = "input=1x16:8x16:32x16"
+
+
+def ep_key(standins: Path, model: Path, tmp_path: Path, **env: str) -> tuple[int, dict, str]:
+    run = run_trtwarm("key", "--json", "--builder", "onnxruntime", "--ort-provider", "tensorrt", "--model", str(model),
+                      "--cache-dir", str(tmp_path / "c"), env={**st.pythonpath(standins), **env})
+    return run.returncode, (json.loads(run.stdout)["document"]["builder"] if run.returncode == 0 else {}), run.stderr
+
+
+# --- ONNX Runtime's TensorRT EP ----------------------------------------------------------------------------------------
+
+def test_the_ep_key_names_the_onnxruntime_whose_files_are_imported(tmp_path: Path) -> None:
+    """onnxruntime-gpu 1.20.1 installed over a CPU onnxruntime (both wheels write one ``onnxruntime`` package, as
+    the CPU 1.32 here and the stand-in do): the key names 1.20.1, which ``import onnxruntime`` loads, not the other
+    distribution's metadata; so TensorRT 11 under it is refused (its EP needs 1.27), not keyed as 1.32's."""
+    model = make_model(tmp_path / "static.onnx", dynamic=False)
+    ten = st.libnvinfer(tmp_path / "trt10", version=(10, 16, 1, 11), cuda=12)
+    standins = strict.pynvml(tmp_path / "s", [strict.H100])
+    strict.onnxruntime(standins, version="1.20.1")
+    code, builder, err = ep_key(standins, model, tmp_path, LD_LIBRARY_PATH=str(ten.parent))
+    assert code == 0, err
+    assert (builder["distribution"], builder["version"], builder["tensorrt"]) == ("onnxruntime-gpu", "1.20.1",
+                                                                                   "10.16.1.11")
+    assert "installed together" in err
+    eleven = st.libnvinfer(tmp_path / "trt11", version=(11, 1, 0, 106), cuda=13)
+    newer = strict.pynvml(tmp_path / "s11", [strict.H100])
+    strict.onnxruntime(newer, version="1.20.1", cuda="13.0", nvinfer=11, cudart=13)
+    code, _builder, err = ep_key(newer, model, tmp_path, LD_LIBRARY_PATH=str(eleven.parent))
+    assert code == 2 and "onnxruntime 1.20.1 cannot drive TensorRT 11.1.0.106" in err, err
+
+
+def test_the_ep_key_names_the_libnvinfer_major_the_provider_library_links(tmp_path: Path) -> None:
+    """TensorRT 10 and 11 side by side in one library directory (two Debian packages, libnvinfer10 and
+    libnvinfer11): the EP loads the ``libnvinfer.so.10`` its provider library names in DT_NEEDED, so the key holds
+    10.16.1.11, not the newer 11 that happens to be there; with only TensorRT 11 there, the EP cannot load, and the
+    key is refused (exit 2) rather than naming a TensorRT the EP never runs."""
+    model = make_model(tmp_path / "static.onnx", dynamic=False)
+    both = tmp_path / "lib"
+    st.libnvinfer(both, version=(10, 16, 1, 11), cuda=12)
+    st.libnvinfer(both, version=(11, 1, 0, 106), cuda=13)
+    standins = strict.pynvml(tmp_path / "s", [strict.H100])
+    strict.onnxruntime(standins, version="1.27.0", nvinfer=10)
+    code, builder, err = ep_key(standins, model, tmp_path, LD_LIBRARY_PATH=str(both))
+    assert code == 0 and builder["tensorrt"] == "10.16.1.11", err
+    only11 = st.libnvinfer(tmp_path / "only11", version=(11, 1, 0, 106), cuda=13)
+    code, _builder, err = ep_key(standins, model, tmp_path, LD_LIBRARY_PATH=str(only11.parent))
+    assert code == 2 and "no libnvinfer.so.10" in err and "Traceback" not in err, err
+
+
+def test_the_ep_key_never_holds_cuda_null(tmp_path: Path) -> None:
+    """An onnxruntime build whose build info names no CUDA and a TensorRT with a static CUDA runtime: the CUDA the
+    provider library links decides (libcudart.so.12); where nothing names one, exit 2, never ``cuda: null``."""
+    model = make_model(tmp_path / "static.onnx", dynamic=False)
+    static = st.libnvinfer(tmp_path / "static", cuda=None)
+    linked = strict.pynvml(tmp_path / "linked", [strict.H100])
+    strict.onnxruntime(linked, cuda=None, cudart=12)
+    code, builder, err = ep_key(linked, model, tmp_path, LD_LIBRARY_PATH=str(static.parent))
+    assert code == 0 and builder["cuda"] == "12", err
+    bare = strict.pynvml(tmp_path / "bare", [strict.H100])
+    strict.onnxruntime(bare, cuda=None, cudart=None)
+    code, _builder, err = ep_key(bare, model, tmp_path, LD_LIBRARY_PATH=str(static.parent))
+    assert code == 2 and "cannot tell which CUDA major ONNX Runtime's TensorRT EP runs on" in err, err
+
+
+#: every variable ONNX Runtime's TensorRT EP reads when it is given no options (``tensorrt_env_vars`` in
+#: ``onnxruntime/core/providers/tensorrt/tensorrt_execution_provider.h``, 1.18 to 1.2x)
+ORT_TENSORRT_VARIABLES = {
+    "ORT_TENSORRT_MAX_PARTITION_ITERATIONS": "10", "ORT_TENSORRT_MIN_SUBGRAPH_SIZE": "5",
+    "ORT_TENSORRT_MAX_WORKSPACE_SIZE": "1073741824", "ORT_TENSORRT_FP16_ENABLE": "1", "ORT_TENSORRT_INT8_ENABLE": "1",
+    "ORT_TENSORRT_INT8_CALIBRATION_TABLE_NAME": "calib", "ORT_TENSORRT_INT8_USE_NATIVE_CALIBRATION_TABLE": "1",
+    "ORT_TENSORRT_DLA_ENABLE": "1", "ORT_TENSORRT_DLA_CORE": "1", "ORT_TENSORRT_DUMP_SUBGRAPHS": "1",
+    "ORT_TENSORRT_ENGINE_CACHE_ENABLE": "1", "ORT_TENSORRT_CACHE_PATH": "/tmp/ort-cache",
+    "ORT_TENSORRT_ENGINE_CACHE_PATH": "/tmp/ort-cache", "ORT_TENSORRT_ENGINE_DECRYPTION_ENABLE": "0",
+    "ORT_TENSORRT_ENGINE_DECRYPTION_LIB_PATH": "/x.so", "ORT_TENSORRT_FORCE_SEQUENTIAL_ENGINE_BUILD": "1",
+    "ORT_TENSORRT_CONTEXT_MEMORY_SHARING_ENABLE": "1", "ORT_TENSORRT_LAYER_NORM_FP32_FALLBACK": "1",
+    "ORT_TENSORRT_TIMING_CACHE_ENABLE": "1", "ORT_TENSORRT_FORCE_TIMING_CACHE_ENABLE": "1",
+    "ORT_TENSORRT_DETAILED_BUILD_LOG_ENABLE": "1", "ORT_TENSORRT_BUILD_HEURISTICS_ENABLE": "1",
+    "ORT_TENSORRT_SPARSITY_ENABLE": "1", "ORT_TENSORRT_BUILDER_OPTIMIZATION_LEVEL": "5",
+    "ORT_TENSORRT_AUXILIARY_STREAMS": "0", "ORT_TENSORRT_TACTIC_SOURCES": "-CUDNN",
+    "ORT_TENSORRT_EXTRA_PLUGIN_LIB_PATHS": "/x.so", "ORT_TENSORRT_PROFILE_MIN_SHAPES": "input:1x16",
+    "ORT_TENSORRT_PROFILE_OPT_SHAPES": "input:2x16", "ORT_TENSORRT_PROFILE_MAX_SHAPES": "input:4x16",
+    "ORT_TENSORRT_CUDA_GRAPH_ENABLE": "1", "ORT_DUMP_EP_CONTEXT_MODEL": "1", "ORT_EP_CONTEXT_EMBED_MODE": "0",
+    "ORT_EP_CONTEXT_COMPUTE_CAPABILITY_ENABLE": "1", "ORT_TENSORRT_CACHE_PREFIX": "p"}
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_no_ort_tensorrt_variable_reaches_the_ep_or_splits_the_key(tmp_path: Path, dynamic: bool) -> None:
+    """Every ``ORT_TENSORRT_*`` variable set for one Pod and none for the next: one key (the second start is a hit
+    on the entry the first built); every session the EP got had options, in the form Python's
+    ``providers=[(name, {str: str})]`` takes them (the stand-in parses them as ``onnxruntime_pybind_state.cc``
+    does: an unknown key or a boolean other than True/False raises), so the EP read no variable."""
+    model = make_model(tmp_path / "m.onnx", dynamic=dynamic)
+    lib = st.libnvinfer(tmp_path / "lib", cuda=12)
+    standins = strict.pynvml(tmp_path / "s", [strict.H100])
+    strict.onnxruntime(standins, version="1.27.0")
+    log = tmp_path / "sessions.log"
+    env = {**st.pythonpath(standins), "LD_LIBRARY_PATH": str(lib.parent), "STRICT_LOG": str(log)}
+    args = ["init", "--builder", "onnxruntime", "--ort-provider", "tensorrt", "--model", str(model), "--cache-dir",
+            str(tmp_path / "cache"), *(("--shape", SHAPE) if dynamic else ())]
+    first = run_trtwarm(*args, "--handoff-dir", str(tmp_path / "h1"), env={**env, **ORT_TENSORRT_VARIABLES})
+    assert first.returncode == 0 and first.summary["result"] == "built", first.stderr
+    second = run_trtwarm(*args, "--handoff-dir", str(tmp_path / "h2"), env=env)
+    assert second.returncode == 0 and second.summary["result"] == "hit", second.stderr
+    assert second.summary["key"] == first.summary["key"]
+    sessions = [json.loads(line) for line in log.read_text().splitlines()]
+    assert sessions and all(s["settings"] == {"fp16": False, "from": "options"} for s in sessions)
+    assert all(s["options"]["trt_fp16_enable"] == "False" and s["options"]["device_id"] == "0" for s in sessions)
+    assert all(("trt_profile_min_shapes" in s["options"]) == dynamic for s in sessions)
