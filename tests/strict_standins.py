@@ -491,3 +491,21 @@ def onnxruntime(standins: Path, version: str = "1.20.1", cuda: str | None = "12.
     shutil.move(str(provider), capi / provider.name)
     shutil.rmtree(scratch)
     return standins / "onnxruntime"
+
+
+def bindings(package: Path, major: int, search: Path, rpath: bool = False) -> Path:
+    """The bindings' extension module in *package*: ``DT_NEEDED`` ``libnvinfer.so.<major>``, found through *search*
+    as a ``DT_RUNPATH`` (ld.so looks there after ``LD_LIBRARY_PATH``) or, with *rpath*, a ``DT_RPATH`` (before)."""
+    import subprocess
+
+    st.compile_library(package / "link-time", f"libnvinfer.so.{major}", "int a(void) { return 0; }\n",
+                       soname=f"libnvinfer.so.{major}")
+    source = package / "bindings.c"
+    source.write_text("int PyInit_tensorrt_bindings(void) { return 0; }\n")
+    target = package / "tensorrt.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(target), str(source), "-L", str(package / "link-time"),
+                    "-Wl,--no-as-needed", f"-l:libnvinfer.so.{major}", f"-Wl,-rpath,{search}",
+                    "-Wl,--disable-new-dtags" if rpath else "-Wl,--enable-new-dtags"], check=True)
+    source.unlink()
+    shutil.rmtree(package / "link-time")
+    return target

@@ -122,3 +122,67 @@ def test_no_ort_tensorrt_variable_reaches_the_ep_or_splits_the_key(tmp_path: Pat
     assert sessions and all(s["settings"] == {"fp16": False, "from": "options"} for s in sessions)
     assert all(s["options"]["trt_fp16_enable"] == "False" and s["options"]["device_id"] == "0" for s in sessions)
     assert all(("trt_profile_min_shapes" in s["options"]) == dynamic for s in sessions)
+
+
+# --- the CUDA major of TensorRT from a tarball or an NGC image --------------------------------------------------------
+
+def trt_key(standins: Path, model: Path, tmp_path: Path, **env: str) -> tuple[int, dict, str]:
+    run = run_trtwarm("key", "--json", "--model", str(model), "--shape", SHAPE, "--cache-dir", str(tmp_path / "c"),
+                      env={**st.pythonpath(standins), **env})
+    return run.returncode, (json.loads(run.stdout)["document"]["builder"] if run.returncode == 0 else {}), run.stderr
+
+
+def test_an_ngc_tensorrt_is_keyed_by_its_debian_package_in_dpkgs_database(tmp_path: Path, model: Path) -> None:
+    """An NGC-style image: a wheel named plain ``tensorrt``, libnvinfer with a static CUDA runtime, and the Debian
+    package ``libnvinfer10 10.16.1.11-1+cuda12.9`` in dpkg's database, found where dpkg finds it
+    (``DPKG_ADMINDIR``, dpkg(1)); without it nothing tells, and the key is refused asking for ``+cuN``."""
+    from trtwarm.builders.tensorrt.cudamajor import from_packages
+
+    if from_packages(10) is not None:
+        pytest.skip(f"this machine has a CUDA package that names a major: {from_packages(10)}")
+    lib = st.libnvinfer(tmp_path / "lib", cuda=None)
+    standins = strict.pynvml(tmp_path / "s", [strict.H100])
+    strict.tensorrt(standins, dists=("tensorrt",))
+    admin = tmp_path / "dpkg"
+    admin.mkdir()
+    (admin / "status").write_text("Package: libnvinfer10\nStatus: install ok installed\nVersion: 10.16.1.11-1+cuda12.9"
+                                  "\n\nPackage: cuda-cudart-13-0\nStatus: deinstall ok config-files\nVersion: 13.0.1-1\n")
+    code, builder, err = trt_key(standins, model, tmp_path, LD_LIBRARY_PATH=str(lib.parent), DPKG_ADMINDIR=str(admin))
+    assert code == 0 and builder["cuda"] == "12", err
+    assert "(the Debian package libnvinfer10 10.16.1.11-1+cuda12.9)" in err
+    code, _builder, err = trt_key(standins, model, tmp_path, LD_LIBRARY_PATH=str(lib.parent))
+    assert code == 2 and "--tensorrt-version 10.16.1.11+cu12" in err, err
+
+
+def test_tensorrt_wheels_of_two_cuda_majors_leave_the_library_to_say_which(tmp_path: Path, model: Path) -> None:
+    """tensorrt-cu13-bindings left behind beside tensorrt-cu12-bindings (both write the one ``tensorrt`` package):
+    the distribution names cannot say whose files are there, so the library the bindings load decides (cu12),
+    not the first name in trtwarm's list (cu13)."""
+    lib = st.libnvinfer(tmp_path / "lib", cuda=12)
+    standins = strict.pynvml(tmp_path / "s", [strict.H100])
+    strict.tensorrt(standins, dists=("tensorrt-cu12-bindings", "tensorrt-cu13-bindings"))
+    code, builder, err = trt_key(standins, model, tmp_path, LD_LIBRARY_PATH=str(lib.parent))
+    assert code == 0 and builder["cuda"] == "12", err
+    assert "several CUDA majors are installed" in err
+
+
+@pytest.mark.parametrize("rpath", [False, True], ids=["runpath", "rpath"])
+def test_the_cuda_major_is_read_from_the_libnvinfer_the_loader_picks(tmp_path: Path, model: Path, rpath: bool) -> None:
+    """The bindings name one TensorRT directory in their DT_RUNPATH (or DT_RPATH) and LD_LIBRARY_PATH another, of
+    another CUDA major: the key names the one the dynamic loader itself maps (asked here: the real ld.so loads the
+    bindings in a child process), LD_LIBRARY_PATH's for DT_RUNPATH, the bindings' own for DT_RPATH (ld.so(8))."""
+    import subprocess
+    import sys
+
+    cu12, cu13 = st.libnvinfer(tmp_path / "cu12", cuda=12), st.libnvinfer(tmp_path / "cu13", cuda=13)
+    standins = strict.pynvml(tmp_path / "s", [strict.H100])
+    package = strict.tensorrt(standins, dists=("tensorrt",))
+    extension = strict.bindings(package, 10, cu12.parent, rpath=rpath)
+    env = {"LD_LIBRARY_PATH": str(cu13.parent)}
+    probe = subprocess.run([sys.executable, "-c", f"import ctypes; ctypes.CDLL({str(extension)!r}); "
+                            "print(''.join(l for l in open('/proc/self/maps') if 'libcudart' in l).split()[-1])"],
+                           capture_output=True, text=True, env=env, check=True)
+    loaded = "12" if "/cu12/" in probe.stdout else "13"
+    assert loaded == ("12" if rpath else "13")
+    code, builder, err = trt_key(standins, model, tmp_path, **env)
+    assert code == 0 and builder["cuda"] == loaded, err
