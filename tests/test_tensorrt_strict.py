@@ -186,3 +186,58 @@ def test_the_cuda_major_is_read_from_the_libnvinfer_the_loader_picks(tmp_path: P
     assert loaded == ("12" if rpath else "13")
     code, builder, err = trt_key(standins, model, tmp_path, **env)
     assert code == 0 and builder["cuda"] == loaded, err
+
+
+# --- the GPU CUDA uses: MIG beside whole GPUs, and CUDA_VISIBLE_DEVICES naming nothing --------------------------------
+
+def gpu_key(standins: Path, model: Path, tmp_path: Path, **env: str) -> tuple[int, dict, str]:
+    run = run_trtwarm("key", "--json", "--builder", "command", "--builder-version", "t1", "--build-command",
+                      "cp {model} {output}", "--device", "gpu", "--model", str(model), "--shape", SHAPE,
+                      "--cache-dir", str(tmp_path / "c"), env={**st.pythonpath(standins), **env})
+    return run.returncode, (json.loads(run.stdout)["document"]["device"] if run.returncode == 0 else {}), run.stderr
+
+
+MIG_3G = {"uuid": "MIG-aaaa1111-2222-3333-4444-555566667777", "profile": "3g.40gb", "gi": 1, "ci": 0,
+          "memory": 40 << 30}
+MIG_1G = {"uuid": "MIG-bbbb1111-2222-3333-4444-555566667777", "profile": "1g.10gb", "gi": 9, "ci": 0,
+          "memory": 10 << 30}
+
+
+def test_a_gpu_outside_mig_mode_stays_visible_beside_one_in_it(tmp_path: Path, model: Path) -> None:
+    """MIG is per GPU: beside an H100 in MIG mode (CUDA sees its MIG device, not the H100), a whole A100 is still a
+    CUDA device. Named by UUID it is the key's GPU; first in PCI bus order (01 before 81) it is device 0; under
+    the default FASTEST_FIRST, whether CUDA puts a MIG slice or the A100 first is not knowable: refused (exit 2).
+    Before, every GPU outside MIG was dropped, and the key named the MIG slice in all three cases."""
+    standins = strict.pynvml(tmp_path / "s", [strict.A100, {**strict.H100, "mig": [MIG_3G]}])
+    code, device, err = gpu_key(standins, model, tmp_path, CUDA_VISIBLE_DEVICES=strict.A100["uuid"])
+    assert code == 0 and device["product"] == strict.A100["name"], err
+    code, device, err = gpu_key(standins, model, tmp_path, CUDA_DEVICE_ORDER="PCI_BUS_ID")
+    assert code == 0 and device["product"] == strict.A100["name"], err
+    code, device, err = gpu_key(standins, model, tmp_path, CUDA_VISIBLE_DEVICES="MIG-aaaa1111")
+    assert code == 0 and device["mig_profile"] == "3g.40gb" and device["memory_gib"] == 40, err
+    code, _device, err = gpu_key(standins, model, tmp_path)
+    assert code == 2 and "CUDA_DEVICE_ORDER=PCI_BUS_ID" in err and "Traceback" not in err, err
+
+
+def test_mig_devices_of_one_gpu_are_named_or_refused(tmp_path: Path, model: Path) -> None:
+    """Two MIG profiles on one H100 share its PCI bus id, so not even CUDA_DEVICE_ORDER=PCI_BUS_ID orders them:
+    an index is refused (exit 2); a MIG UUID (prefix) or ``MIG-GPU-<uuid>/<gi>/<ci>`` names one."""
+    standins = strict.pynvml(tmp_path / "s", [{**strict.H100, "mig": [MIG_3G, MIG_1G]}])
+    code, _device, err = gpu_key(standins, model, tmp_path, CUDA_DEVICE_ORDER="PCI_BUS_ID")
+    assert code == 2 and "MIG devices of one GPU (one PCI bus id)" in err, err
+    code, device, err = gpu_key(standins, model, tmp_path, CUDA_VISIBLE_DEVICES="MIG-bbbb1111")
+    assert code == 0 and device["mig_profile"] == "1g.10gb", err
+    code, device, err = gpu_key(standins, model, tmp_path, CUDA_VISIBLE_DEVICES=f"MIG-{strict.H100['uuid']}/1/0")
+    assert code == 0 and device["mig_profile"] == "3g.40gb", err
+
+
+@pytest.mark.parametrize("value", ["2,0", "-1", "GPU-ffff", "abc,0"])
+def test_cuda_visible_devices_naming_no_gpu_says_so(tmp_path: Path, model: Path, value: str) -> None:
+    """CUDA ignores an invalid first entry and every entry after it, so it sees no GPU: exit 2 naming the variable
+    and this container's GPUs (before: only "no GPU is visible to this container" and a hint to request one)."""
+    standins = strict.pynvml(tmp_path / "s", [strict.A100, strict.H100])
+    code, _device, err = gpu_key(standins, model, tmp_path, CUDA_VISIBLE_DEVICES=value)
+    assert code == 2 and f"CUDA_VISIBLE_DEVICES={value!r} names none of this container's" in err, err
+    assert strict.H100["uuid"] in err and "Traceback" not in err
+    code, device, err = gpu_key(standins, model, tmp_path, CUDA_VISIBLE_DEVICES="GPU-8932f937,0")
+    assert code == 0 and device["product"] == strict.H100["name"], err

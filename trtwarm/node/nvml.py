@@ -80,10 +80,11 @@ def _info(nvml: Any, handle: Any, system: dict[str, Any]) -> dict[str, Any] | No
             "pci_bus_id": pci, **_speed(nvml, handle), **system}
 
 
-def _mig_children(nvml: Any, handle: Any, system: dict[str, Any]) -> list[dict[str, Any]]:
+def _mig_children(nvml: Any, handle: Any, system: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The MIG devices of a GPU in MIG mode (CUDA sees those instead of the GPU); None: MIG is off or unsupported."""
     mode = _ask(nvml, lambda: nvml.nvmlDeviceGetMigMode(handle), "MIG mode")  # refused: not MIG-capable
     if mode is None or mode[0] != nvml.NVML_DEVICE_MIG_ENABLE:
-        return []
+        return None
     children, parent = [], _ask(nvml, lambda: nvml.nvmlDeviceGetUUID(handle), "device UUID")
     for i in range(_ask(nvml, lambda: nvml.nvmlDeviceGetMaxMigDeviceCount(handle), "MIG device count") or 0):
         child = _ask(nvml, lambda: nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, i), "MIG device")
@@ -110,10 +111,10 @@ def read_all(nvml: Any) -> list[dict[str, Any]]:
             handle = _ask(nvml, lambda: nvml.nvmlDeviceGetHandleByIndex(i), f"device {i}")  # NO_PERMISSION: not ours
             if handle is None:
                 continue
-            info = _info(nvml, handle, system)
+            info, children = _info(nvml, handle, system), _mig_children(nvml, handle, system)
             if info is not None:
-                found.append(info)
-            found.extend(_mig_children(nvml, handle, system))
+                found.append({**info, "mig_enabled": children is not None})
+            found.extend(children or [])
         return found
     finally:
         _ask(nvml, nvml.nvmlShutdown, "shutdown")
