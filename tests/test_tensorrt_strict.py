@@ -241,3 +241,62 @@ def test_cuda_visible_devices_naming_no_gpu_says_so(tmp_path: Path, model: Path,
     assert strict.H100["uuid"] in err and "Traceback" not in err
     code, device, err = gpu_key(standins, model, tmp_path, CUDA_VISIBLE_DEVICES="GPU-8932f937,0")
     assert code == 0 and device["product"] == strict.H100["name"], err
+
+
+# --- version-compatible plugins in a batch: the registry identifies creators by name, libraries by the loader ---------
+
+def warm_plugins(tmp_path: Path, name: str, plugins: list[Path], **env: str) -> tuple[list[dict], list[list[str]], str]:
+    """``warm --list`` of two version-compatible builds, one --plugin each; the rows and what TensorRT was asked."""
+    lib = tmp_path / "lib"
+    if not lib.exists():
+        st.libnvinfer(lib, cuda=12)
+    standins = strict.pynvml(tmp_path / "s", [strict.H100])
+    strict.tensorrt(standins, dists=("tensorrt-cu12-bindings",))
+    models = [make_model(tmp_path / "models" / f"m{seed}.onnx", seed=seed) for seed in (1, 2)]
+    listing = tmp_path / f"{name}.json"
+    listing.write_text(json.dumps({"defaults": {"version-compatible": True, "shape": [SHAPE]},
+                                   "models": [{"model": str(m), "plugin": [str(p)]} for m, p in zip(models, plugins)]}))
+    log = tmp_path / f"{name}.log"
+    run = run_trtwarm("warm", "--list", str(listing), "--cache-dir", str(tmp_path / f"{name}-cache"), "--json",
+                      env={**st.pythonpath(standins), "LD_LIBRARY_PATH": str(lib), "STRICT_LOG": str(log), **env})
+    calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return json.loads(run.stdout) if run.stdout.startswith("[") else [], calls, run.stderr
+
+
+def test_one_plugin_by_another_path_or_a_link_is_loaded_once(tmp_path: Path) -> None:
+    """The same library by a symbolic link and by an identical copy elsewhere: TensorRT's registry refuses creators
+    it holds, whatever the path, so the library is loaded once and each engine serializes the path it named."""
+    plugin = strict.plugin(tmp_path / "a", "PluginA_TRT")
+    (tmp_path / "link").mkdir()
+    (tmp_path / "link" / "libalias.so").symlink_to(plugin)
+    copy = tmp_path / "copy" / plugin.name
+    copy.parent.mkdir()
+    copy.write_bytes(plugin.read_bytes())
+    for name, second in (("link", tmp_path / "link" / "libalias.so"), ("copy", copy)):
+        rows, calls, err = warm_plugins(tmp_path, name, [plugin, second])
+        assert [r["result"] for r in rows] == ["built", "built"], err
+        assert [c[0] for c in calls if c[0].startswith("load_library")] == ["load_library"]
+        assert [c[1] for c in calls if c[0] == "plugins_to_serialize"] == [str(plugin), str(second)]
+
+
+@pytest.mark.parametrize("unloads", [True, False], ids=["unloaded", "kept-mapped"])
+def test_a_plugin_replaced_on_disk_between_two_builds(tmp_path: Path, unloads: bool) -> None:
+    """The plugin file is replaced (a new build, renamed into place) after the first build of a batch. Where the
+    registry's deregister_library unloads the old library, the second build loads the new one and is built with
+    its creators. Where the process keeps the old copy mapped (a library ld.so cannot unload), loading the path
+    again returns the old code: the second build is refused (exit 4) instead of building the old plugin under the
+    new one's key."""
+    work = tmp_path / "plugins"
+    plugin = strict.plugin(work, "PluginA_TRT")
+    newer = strict.plugin(tmp_path / "next", "PluginA_TRT,PluginA2_TRT")
+    swap = f"cp {newer} {work}/.next && mv {work}/.next {plugin}"
+    rows, calls, err = warm_plugins(tmp_path, "swap", [plugin, plugin], STRICT_AFTER_BUILD=swap,
+                                    STRICT_TRT_DLCLOSE="1" if unloads else "0")
+    builds = [c[1] for c in calls if c[0] == "build"]
+    assert rows[0]["result"] == "built" and builds[0] == "PluginA_TRT", err
+    assert ["deregister_library", "PluginA_TRT"] in calls
+    if unloads:
+        assert rows[1]["result"] == "built" and builds[1:] == ["PluginA2_TRT,PluginA_TRT"], err
+    else:
+        assert rows[1]["result"] == "error" and rows[1]["exit_code"] == 4 and len(builds) == 1, err
+        assert "still maps the old library" in rows[1]["error"] and "new process" in rows[1]["hint"]
