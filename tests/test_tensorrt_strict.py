@@ -300,3 +300,56 @@ def test_a_plugin_replaced_on_disk_between_two_builds(tmp_path: Path, unloads: b
     else:
         assert rows[1]["result"] == "error" and rows[1]["exit_code"] == 4 and len(builds) == 1, err
         assert "still maps the old library" in rows[1]["error"] and "new process" in rows[1]["hint"]
+
+
+# --- a build that TensorRT does not end after SIGTERM, in a batch -----------------------------------------------------
+
+@pytest.mark.parametrize("command", ["warm", "prebuild"])
+def test_a_stuck_build_in_a_batch_ends_the_process_with_143(tmp_path: Path, request: pytest.FixtureRequest,
+                                                           command: str) -> None:
+    """``warm --list`` and ``prebuild`` of two models; SIGTERM while TensorRT is inside the first build and never
+    asks the progress monitor again: after the grace period the process exits 143 (os._exit, no teardown under the
+    running thread), the staging directory (prebuild: its whole temporary cache) is gone, nothing is published and
+    the second model never started."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from conftest import env_for, trtwarm_argv, wait_until
+
+    from trtwarm.builders.tensorrt.progress import CANCEL_GRACE_SECONDS
+
+    lib = st.libnvinfer(tmp_path / "lib", cuda=12)
+    standins = strict.pynvml(tmp_path / "s", [strict.H100])
+    strict.tensorrt(standins, dists=("tensorrt-cu12-bindings",))
+    for seed in (1, 2):
+        make_model(tmp_path / f"m{seed}.onnx", seed=seed)
+    log, cache, scratch = tmp_path / "trt.log", tmp_path / "cache", tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**st.pythonpath(standins), "LD_LIBRARY_PATH": str(lib.parent), "STRICT_LOG": str(log),
+           "STRICT_TRT_BUILD": "stuck", "TMPDIR": str(scratch)}
+    if command == "warm":
+        (tmp_path / "list.json").write_text(json.dumps({"defaults": {"shape": [SHAPE]}, "models": [
+            {"model": str(tmp_path / f"m{seed}.onnx")} for seed in (1, 2)]}))
+        args = ["warm", "--list", str(tmp_path / "list.json"), "--cache-dir", str(cache)]
+    else:
+        env.update(request.getfixturevalue("s3").env())
+        (tmp_path / "matrix.json").write_text(json.dumps({"models": [
+            {"model": f"m{seed}.onnx", "shape": [SHAPE]} for seed in (1, 2)], "options": {"builder": "tensorrt"}}))
+        args = ["prebuild", "--matrix", str(tmp_path / "matrix.json"), "--remote", "s3://engines/stuck"]
+    with open(tmp_path / "stderr", "w") as stderr:
+        proc = subprocess.Popen(trtwarm_argv(*args), stdout=subprocess.DEVNULL, stderr=stderr, env=env_for(env),
+                                start_new_session=True)
+    wait_until(lambda: log.exists() and '"build"' in log.read_text(), timeout=60, what="the first build")
+    sent = time.monotonic()
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=CANCEL_GRACE_SECONDS + 60) == 143
+    took, err = time.monotonic() - sent, (tmp_path / "stderr").read_text()
+    assert CANCEL_GRACE_SECONDS - 1 < took < CANCEL_GRACE_SECONDS + 20, err
+    assert "exiting with 143 now" in err and "Traceback" not in err and "Fatal Python error" not in err
+    assert log.read_text().count('["build"') == 1  # the second model never started
+    if command == "warm":
+        assert not list((cache / ".staging").iterdir()) and not list((cache / "entries").iterdir())
+    else:
+        assert list(scratch.iterdir()) == []
