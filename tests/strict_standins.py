@@ -1,5 +1,5 @@
-"""Stricter stand-ins for what no machine here has, written independently of :mod:`standins` to follow more of the
-real stack's documented behaviour, where trtwarm's behaviour can depart from it:
+"""Stricter stand-ins for what no machine here has: :mod:`standins`' sources with what differs appended (later
+definitions win), to follow more of the real stack's documented behaviour where trtwarm's can depart from it:
 
 * ``pynvml`` (nvidia-ml-py): ``NVMLError(code)`` builds the code's subclass; handles are objects; MIG mode per GPU,
   MIG devices answering NOT_SUPPORTED for PCI info and core counts and reporting their own memory, the parent's
@@ -15,7 +15,7 @@ real stack's documented behaviour, where trtwarm's behaviour can depart from it:
   and ``libcudart.so.<major>``; provider options parsed as ``onnxruntime_pybind_state.cc`` does (an unknown key or a
   malformed boolean raises); the EP reads the ``ORT_TENSORRT_*`` variables only when given no options.
 
-Every call that matters is recorded as a JSON line in ``$STRICT_LOG``.
+What TensorRT is asked is recorded as JSON lines in ``$STRICT_LOG``; the EP's sessions in ``$STANDIN_ORT_LOG``.
 """
 
 from __future__ import annotations
@@ -168,10 +168,10 @@ def pynvml(standins: Path, gpus: list[dict[str, object]]) -> Path:
     return standins
 
 
+#: appended to :data:`standins.TENSORRT` (later definitions win): what this stand-in does differently
 TENSORRT = r'''
-import ctypes, json, os, struct, time
+import ctypes, time
 
-__version__ = "{version}"
 _lib = ctypes.CDLL("libnvinfer.so.{major}", mode=ctypes.RTLD_GLOBAL)  # what the bindings' extension links
 
 
@@ -181,47 +181,9 @@ def _record(*what):
             log.write(json.dumps([str(w) for w in what]) + "\n")
 
 
-class _Value:
-    def __init__(self, name, value):
-        self.name, self.value = name, value
-
-    def __int__(self):
-        return self.value
-
-
-def _enum(*names):
-    return type("Enum", (), {{n: _Value(n, i) for i, n in enumerate(names)}})
-
-
-BuilderFlag = _enum("FP16", "INT8", "DEBUG", "GPU_FALLBACK", "REFIT", "DISABLE_TIMING_CACHE", "TF32", "SPARSE_WEIGHTS",
-                    "SAFETY_SCOPE", "OBEY_PRECISION_CONSTRAINTS", "PREFER_PRECISION_CONSTRAINTS", "DIRECT_IO",
-                    "REJECT_EMPTY_ALGORITHMS", "VERSION_COMPATIBLE", "EXCLUDE_LEAN_RUNTIME", "FP8", "BF16",
-                    "STRIP_PLAN")
-NetworkDefinitionCreationFlag = _enum("EXPLICIT_BATCH", "STRONGLY_TYPED")
-MemoryPoolType = _enum("WORKSPACE")
-HardwareCompatibilityLevel = _enum("NONE", "AMPERE_PLUS", "SAME_COMPUTE_CAPABILITY")
-ProfilingVerbosity = _enum("LAYER_NAMES_ONLY", "NONE", "DETAILED")
-
-
-class ILogger:
-    Severity = _enum("INTERNAL_ERROR", "ERROR", "WARNING", "INFO", "VERBOSE")
-
-    def __init__(self):
-        pass
-
-
-class IProgressMonitor:
-    def __init__(self):
-        pass
-
-
 class IStreamWriter:
     def __init__(self):
         pass
-
-
-def init_libnvinfer_plugins(logger, namespace):
-    return True
 
 
 class IPluginRegistry:
@@ -256,123 +218,25 @@ class IPluginRegistry:
 _REGISTRY = IPluginRegistry()
 
 
-def get_plugin_registry():
-    return _REGISTRY
-
-
-class _Cache:
-    def serialize(self):
-        return b"timing cache"
-
-    def combine(self, other, ignore_mismatch):
-        return True
-
-
-class _Config:
-    def __init__(self):
-        self.progress_monitor, self.flags = None, set()
-
-    @property
-    def plugins_to_serialize(self):
-        return self._plugins
-
-    @plugins_to_serialize.setter
-    def plugins_to_serialize(self, paths):
-        self._plugins = [str(p) for p in paths]
-        _record("plugins_to_serialize", *self._plugins)
-
-    def set_memory_pool_limit(self, pool, size):
-        pass
-
-    def set_flag(self, flag):
-        self.flags.add(flag.name)
-
-    def clear_flag(self, flag):
-        self.flags.discard(flag.name)
-
-    def add_optimization_profile(self, profile):
-        return 0
-
-    def create_timing_cache(self, data):
-        return _Cache()
-
-    def set_timing_cache(self, cache, ignore_mismatch):
-        return True
-
-    def get_timing_cache(self):
-        return _Cache()
-
-
-class _Profile:
-    def set_shape(self, name, min, opt, max):
-        pass
-
-
-class OnnxParser:
-    num_errors = 0
-
-    def __init__(self, network, logger):
-        pass
-
-    def parse_from_file(self, path):
-        return True
-
-    def get_used_vc_plugin_libraries(self):
-        return []
-
-
-class Builder:
-    def __init__(self, logger):
-        pass
-
-    def create_network(self, flags=0):
-        return object()
-
-    def create_builder_config(self):
-        return _Config()
-
-    def create_optimization_profile(self):
-        return _Profile()
-
+class Builder(Builder):
     def build_serialized_network_to_stream(self, network, config, writer):
         _record("build", ",".join(sorted(_REGISTRY.creators)))
         while os.environ.get("STRICT_TRT_BUILD") == "stuck":  # inside one tactic: never asks step_complete again
             time.sleep(0.05)
-        major, minor, patch, build = (int(p) for p in __version__.split("."))
-        plan = struct.pack("<II", 0x74727466, 0) + bytes(16) + bytes([major, minor, patch, build % 256]) + bytes(64)
+        plan = _plan()
         done = writer.write(plan) == len(plan)
         if os.environ.get("STRICT_AFTER_BUILD"):  # e.g. replace a plugin on disk between two builds of a batch
             os.system(os.environ.pop("STRICT_AFTER_BUILD"))
         return done
-
-
-class _Engine:
-    num_layers, num_optimization_profiles, device_memory_size_v2, refittable = 1, 1, 0, False
-    hardware_compatibility_level = HardwareCompatibilityLevel.NONE
-    profiling_verbosity = ProfilingVerbosity.LAYER_NAMES_ONLY
-
-    def create_execution_context(self):
-        return object()
-
-    def create_engine_inspector(self):
-        return None
-
-
-class Runtime:
-    def __init__(self, logger):
-        self.engine_host_code_allowed = False
-
-    def deserialize_cuda_engine(self, blob):
-        return _Engine() if bytes(blob[:4]) == struct.pack("<I", 0x74727466) else None
 '''
 
 
 def tensorrt(standins: Path, version: str = "10.16.1.11", dists: tuple[str, ...] = ("tensorrt",)) -> Path:
     """The stand-in ``tensorrt`` package and the ``.dist-info`` of each of *dists* (plain ``tensorrt``: the tarball's
     or an NGC image's wheel). ``import tensorrt`` needs ``libnvinfer.so.<major>`` on ``LD_LIBRARY_PATH``."""
-    package = standins / "tensorrt"
-    package.mkdir(parents=True, exist_ok=True)
-    (package / "__init__.py").write_text(TENSORRT.format(version=version, major=version.split(".")[0]))
+    package = st.tensorrt(standins, version)
+    strict = TENSORRT.format(major=version.split(".")[0])
+    (package / "__init__.py").write_text((package / "__init__.py").read_text() + strict)
     for dist in dists:
         dist_info(standins, dist, version)
     return package
@@ -391,15 +255,8 @@ def plugin(directory: Path, creators: str, name: str = "libplugin.so") -> Path:
                               f'const char *strictCreatorNames(void) {{ return "{creators}"; }}\n')
 
 
+#: appended to :data:`standins.ONNXRUNTIME`: the options parsed as the Python binding parses them
 ONNXRUNTIME = r'''
-import json, os
-
-import numpy as np
-import onnx
-from onnx import helper
-
-from onnxruntime.capi import onnxruntime_pybind11_state as _state
-
 _BOOLS = {"True": True, "true": True, "False": False, "false": False}
 _KNOWN = {"device_id", "trt_max_partition_iterations", "trt_min_subgraph_size", "trt_max_workspace_size",
           "trt_fp16_enable", "trt_int8_enable", "trt_engine_cache_enable", "trt_timing_cache_enable",
@@ -408,64 +265,18 @@ _KNOWN = {"device_id", "trt_max_partition_iterations", "trt_min_subgraph_size", 
           "trt_ep_context_file_path", "trt_ep_context_embed_mode", "trt_auxiliary_streams", "trt_tactic_sources"}
 
 
-class GraphOptimizationLevel:
-    ORT_ENABLE_ALL = 99
-
-
-class SessionOptions:
-    def __init__(self):
-        self.entries, self.log_severity_level = {}, 2
-
-    def add_session_config_entry(self, key, value):
-        self.entries[key] = value
-
-
-def get_available_providers():
-    return ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
-
-
-def _settings(options):
+def ep_settings(options):
     if not options:  # no options struct: the EP reads its variables
-        env = os.environ
-        return {"fp16": env.get("ORT_TENSORRT_FP16_ENABLE", "0") != "0", "from": "environment"}
+        return {"fp16": os.environ.get("ORT_TENSORRT_FP16_ENABLE", "0") != "0", "from": "environment"}
     for key, value in options.items():
+        if not isinstance(value, str):
+            raise TypeError("provider options are passed to the binding as strings")
         if key not in _KNOWN:
-            raise _state.InvalidArgument("Invalid TensorRT EP option: " + key)
+            raise onnxruntime_pybind11_state.InvalidArgument("Invalid TensorRT EP option: " + key)
         if key.endswith(("_enable", "_fallback")) and value not in _BOOLS:
-            raise _state.InvalidArgument(f"The value for the key '{key}' should be 'True' or 'False'.")
+            raise onnxruntime_pybind11_state.InvalidArgument(f"The value for the key '{key}' should be 'True' or "
+                                                             "'False'.")
     return {"fp16": _BOOLS[options.get("trt_fp16_enable", "False")], "from": "options"}
-
-
-class _Input:
-    def __init__(self, value):
-        self.name, self.type = value.name, "tensor(float)"
-        self.shape = [d.dim_value or d.dim_param for d in value.type.tensor_type.shape.dim]
-
-
-class InferenceSession:
-    def __init__(self, path, sess_options=None, providers=None, provider_options=None, **kwargs):
-        name, options = providers[0] if isinstance(providers[0], tuple) else (providers[0], {})
-        options = {str(k): str(v) for k, v in options.items()}
-        settings = _settings(options)
-        if os.environ.get("STRICT_LOG"):
-            with open(os.environ["STRICT_LOG"], "a") as log:
-                log.write(json.dumps({"provider": name, "options": options, "settings": settings}) + "\n")
-        model = onnx.load(str(path), load_external_data=False)
-        self.inputs = [_Input(v) for v in model.graph.input]
-        target, so = sess_options.entries.get("ep.context_file_path"), sess_options
-        if so.entries.get("ep.context_enable") == "1" and target:
-            node = helper.make_node("EPContext", [i.name for i in model.graph.input],
-                                    [o.name for o in model.graph.output], domain="com.microsoft", embed_mode=1,
-                                    ep_cache_context="engine " + json.dumps(settings, sort_keys=True))
-            graph = helper.make_graph([node], "ctx", list(model.graph.input), list(model.graph.output))
-            onnx.save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
-                                                                    helper.make_opsetid("com.microsoft", 1)]), target)
-
-    def get_inputs(self):
-        return self.inputs
-
-    def run(self, outputs, feeds):
-        return [np.zeros((1, 4), dtype="float32")]
 '''
 
 
@@ -474,10 +285,10 @@ def onnxruntime(standins: Path, version: str = "1.20.1", cuda: str | None = "12.
     """onnxruntime-gpu *version* as its wheel installs it: the package, its ``.dist-info``, its build info naming
     *cuda* (None: none), and its TensorRT provider library linking ``libnvinfer.so.<nvinfer>`` and
     ``libcudart.so.<cudart>`` (found through its RUNPATH ``$ORIGIN``, where they are not)."""
+    st.onnxruntime(standins)
     capi = standins / "onnxruntime" / "capi"
-    capi.mkdir(parents=True, exist_ok=True)
-    (standins / "onnxruntime" / "__init__.py").write_text(ONNXRUNTIME)
-    (capi / "__init__.py").write_text("")
+    (standins / "onnxruntime" / "__init__.py").write_text((standins / "onnxruntime" / "__init__.py").read_text()
+                                                          + ONNXRUNTIME)
     (capi / "onnxruntime_pybind11_state.py").write_text("class Fail(Exception):\n    pass\n\n\n"
                                                        "class InvalidArgument(Exception):\n    pass\n")
     info = f"package_name = 'onnxruntime-gpu'\n__version__ = '{version}'\n"

@@ -110,7 +110,7 @@ def test_no_ort_tensorrt_variable_reaches_the_ep_or_splits_the_key(tmp_path: Pat
     standins = strict.pynvml(tmp_path / "s", [strict.H100])
     strict.onnxruntime(standins, version="1.27.0")
     log = tmp_path / "sessions.log"
-    env = {**st.pythonpath(standins), "LD_LIBRARY_PATH": str(lib.parent), "STRICT_LOG": str(log)}
+    env = {**st.pythonpath(standins), "LD_LIBRARY_PATH": str(lib.parent), "STANDIN_ORT_LOG": str(log)}
     args = ["init", "--builder", "onnxruntime", "--ort-provider", "tensorrt", "--model", str(model), "--cache-dir",
             str(tmp_path / "cache"), *(("--shape", SHAPE) if dynamic else ())]
     first = run_trtwarm(*args, "--handoff-dir", str(tmp_path / "h1"), env={**env, **ORT_TENSORRT_VARIABLES})
