@@ -127,10 +127,11 @@ def _name_version(found: Path) -> str | None:
     return match.group(1) if match and match.group(1).count(".") >= 2 else None
 
 
-def _provider_library() -> list[Path]:
-    """ONNX Runtime's TensorRT provider library, whose RUNPATH the loader follows to ``libnvinfer`` (not imported)."""
+def _provider_library(kind: str = "tensorrt") -> list[Path]:
+    """ONNX Runtime's TensorRT provider library, whose RUNPATH the loader follows to ``libnvinfer`` (not imported);
+    *kind* ``*``: every provider library (the CUDA one links the CUDA runtime too)."""
     where = library.package_dir("onnxruntime")
-    return sorted((where / "capi").glob("libonnxruntime_providers_tensorrt.so*")) if where is not None else []
+    return sorted((where / "capi").glob(f"libonnxruntime_providers_{kind}.so*")) if where is not None else []
 
 
 def nvinfer_majors(providers: list[Path]) -> tuple[int, ...]:
@@ -186,18 +187,18 @@ def ep_tensorrt_version(environ: Mapping[str, str]) -> tuple[str, str | None]:
 
 def ep_cuda_major(trt_cuda: str | None) -> str:
     """The CUDA major the EP runs on: ONNX Runtime's build (:func:`ort_cuda_major`; one CUDA runtime per process),
-    else the TensorRT's (*trt_cuda*: its wheel or what its library links), else the CUDA runtime the provider
-    library links (its ``DT_NEEDED``). :raises ConfigError: none tells (exit 2): a key without it would be shared
-    by the CUDA 12 and CUDA 13 builds"""
+    else the TensorRT's (*trt_cuda*: its wheel or what its library links), else the CUDA runtime ONNX Runtime's
+    provider libraries link (their ``DT_NEEDED``). :raises ConfigError: none tells (exit 2): a key without it would
+    be shared by the CUDA 12 and CUDA 13 builds"""
     told = ort_cuda_major() or trt_cuda
     if told:
         return told
-    linked = library.cuda_majors(_provider_library())
+    linked = library.cuda_majors(_provider_library("*"))
     if len(linked) == 1:
         return next(iter(linked))
     raise ConfigError("--ort-provider tensorrt: cannot tell which CUDA major ONNX Runtime's TensorRT EP runs on: "
                       "onnxruntime's capi/build_and_package_info.py names no cuda_version, the TensorRT library and "
-                      "its wheel name none, and the provider library links "
+                      "its wheel name none, and its provider libraries link "
                       f"{' and '.join(linked.values()) if linked else 'no CUDA runtime by name'}; a key without it "
                       "would be shared by the CUDA 12 and CUDA 13 builds",
                       hint="install an onnxruntime-gpu wheel as published (its build_and_package_info.py names its "
