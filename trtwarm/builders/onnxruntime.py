@@ -54,13 +54,13 @@ def ort_version() -> tuple[str, str]:
     """
     info = build_info()
     named = re.sub(r"[-_.]+", "-", info.get("package_name", "")).lower()
-    installed = {}
-    for dist in dict.fromkeys([d for d in (named,) if d.startswith("onnxruntime")] + ["onnxruntime", "onnxruntime-gpu"]):
+    installed, own = {}, named.startswith("onnxruntime")
+    for dist in dict.fromkeys([named] * own + ["onnxruntime", "onnxruntime-gpu"]):
         try:
             installed[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             continue
-    if named.startswith("onnxruntime") and info.get("__version__"):
+    if own and info.get("__version__"):
         found = named, info["__version__"]
     elif installed:
         found = next(iter(installed.items()))
