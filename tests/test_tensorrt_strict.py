@@ -229,6 +229,10 @@ def test_mig_devices_of_one_gpu_are_named_or_refused(tmp_path: Path, model: Path
     assert code == 0 and device["mig_profile"] == "1g.10gb", err
     code, device, err = gpu_key(standins, model, tmp_path, CUDA_VISIBLE_DEVICES=f"MIG-{strict.H100['uuid']}/1/0")
     assert code == 0 and device["mig_profile"] == "3g.40gb", err
+    # the GPU given whole (NVIDIA_VISIBLE_DEVICES=<its UUID>, mig.strategy=none) shows CUDA its MIG devices
+    code, device, err = gpu_key(standins, model, tmp_path, NVIDIA_VISIBLE_DEVICES=strict.H100["uuid"],
+                                CUDA_VISIBLE_DEVICES="MIG-bbbb1111")
+    assert code == 0 and device["mig_profile"] == "1g.10gb", err
 
 
 @pytest.mark.parametrize("value", ["2,0", "-1", "GPU-ffff", "abc,0"])

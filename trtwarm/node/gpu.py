@@ -141,13 +141,14 @@ def _nvidia_visible(value: str | None, devices_dir: Path) -> list[str] | None:
 
 
 def _pick(gpus: list[GpuInfo], wanted: list[str] | None) -> list[GpuInfo]:
-    """The devices ``NVIDIA_VISIBLE_DEVICES`` gives this container (by UUID or a prefix of one), in its order."""
+    """The devices ``NVIDIA_VISIBLE_DEVICES`` gives this container (by UUID or a prefix of one), in its order; a GPU
+    in MIG mode given whole (the device plugin's ``mig.strategy=none``) gives its MIG devices, which CUDA sees."""
     if wanted is None:
         return gpus
     chosen = []
     for item in wanted:
         match = [g for g in gpus if g.uuid == item or g.uuid.startswith(item)]
-        chosen.extend(match[:1])
+        chosen.extend(match[:1] or [g for g in gpus if g.parent_uuid and g.parent_uuid.startswith(item)])
     return chosen
 
 
