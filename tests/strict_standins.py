@@ -169,6 +169,38 @@ def pynvml(standins: Path, gpus: list[dict[str, object]]) -> Path:
 
 
 #: appended to :data:`standins.TENSORRT` (later definitions win): what this stand-in does differently
+#: appended to :data:`PYNVML`: an older binding (the old ``pynvml`` package, nvidia-ml-py before 11.515)
+OLD_PYNVML = r'''
+del nvmlSystemGetCudaDriverVersion_v2, nvmlDeviceGetMigMode, nvmlDeviceGetMaxMigDeviceCount, nvmlDeviceGetNumGpuCores
+del nvmlDeviceGetMigDeviceHandleByIndex, nvmlDeviceGetDeviceHandleFromMigDeviceHandle, nvmlDeviceGetAttributes_v2
+_text = (nvmlDeviceGetName, nvmlDeviceGetUUID, nvmlSystemGetDriverVersion)
+
+
+def nvmlDeviceGetName(h):
+    return _text[0](h).encode()
+
+
+def nvmlDeviceGetUUID(h):
+    return _text[1](h).encode()
+
+
+def nvmlSystemGetDriverVersion():
+    return _text[2]().encode()
+
+
+def nvmlDeviceGetPciInfo(h):
+    return _Struct(busId=h.gpu["pci"].encode())
+'''
+
+
+def old_pynvml(standins: Path, gpus: list[dict[str, object]]) -> Path:
+    """:func:`pynvml` as an older binding answers: no MIG calls, no ``_v2`` driver query, no core count, and C
+    strings as ``bytes``."""
+    pynvml(standins, gpus)
+    (standins / "pynvml.py").write_text((standins / "pynvml.py").read_text() + OLD_PYNVML)
+    return standins
+
+
 TENSORRT = r'''
 import ctypes, time
 

@@ -247,66 +247,14 @@ def test_cuda_visible_devices_naming_no_gpu_says_so(tmp_path: Path, model: Path,
     assert code == 0 and device["product"] == strict.H100["name"], err
 
 
-OLD_PYNVML = """class NVMLError(Exception):
-    def __init__(self, value):
-        self.value = value
-
-
-class _Struct:
-    def __init__(self, **fields):
-        self.__dict__.update(fields)
-
-
-def nvmlInit():
-    pass
-
-
-def nvmlShutdown():
-    pass
-
-
-def nvmlSystemGetDriverVersion():
-    return b"535.183.01"
-
-
-def nvmlDeviceGetCount():
-    return 1
-
-
-def nvmlDeviceGetHandleByIndex(i):
-    return i
-
-
-def nvmlDeviceGetName(h):
-    return b"NVIDIA L4"
-
-
-def nvmlDeviceGetUUID(h):
-    return b"GPU-12345678-1234-1234-1234-123456789abc"
-
-
-def nvmlDeviceGetCudaComputeCapability(h):
-    return (8, 9)
-
-
-def nvmlDeviceGetMemoryInfo(h):
-    return _Struct(total=24152899584)
-
-
-def nvmlDeviceGetPciInfo(h):
-    return _Struct(busId=b"00000000:41:00.0")
-"""
-
-
 def test_an_older_nvml_binding_keys_the_gpu(tmp_path: Path, model: Path) -> None:
     """The old ``pynvml`` package (and nvidia-ml-py before 11.515) has no MIG calls, no ``_v2`` driver query and
     no core count, and returns C strings as bytes: the GPU is keyed all the same (before: exit 1, "a bug in
     trtwarm", on the missing nvmlSystemGetCudaDriverVersion_v2)."""
-    (tmp_path / "s").mkdir()
-    (tmp_path / "s" / "pynvml.py").write_text(OLD_PYNVML)
-    code, device, err = gpu_key(tmp_path / "s", model, tmp_path)
+    standins = strict.old_pynvml(tmp_path / "s", [strict.H100])
+    code, device, err = gpu_key(standins, model, tmp_path)
     assert code == 0 and (device["product"], device["compute_capability"], device["memory_gib"]) == \
-        ("NVIDIA L4", "8.9", 22), err
+        (strict.H100["name"], "9.0", 80), err
 
 
 # --- version-compatible plugins in a batch: the registry identifies creators by name, libraries by the loader ---------
