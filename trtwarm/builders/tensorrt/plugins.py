@@ -93,29 +93,31 @@ def load(trt: Any, paths: tuple[Path, ...], versioned: bool) -> list[Any]:
     :return: the handles (kept alive by this module for the life of the process)
     :raises BuildError: TensorRT refused a library, or one changed on disk that this process cannot unload
     """
-    handles = []
-    how = "registry" if versioned else "dlopen"
     with _LOCK:
-        for path in paths:
-            real, digest = os.path.realpath(path), sha256_file(path)[0]
-            held = _LOADED.setdefault(real, {})
-            if held.get("stale"):
-                raise _stale(path, held["stale"])
-            changed = bool(held) and held["digest"] != digest
-            if changed:
-                _unload(trt, path, held)
-            held["digest"] = digest
-            if how not in held:  # a copy of a loaded library elsewhere holds the same creators: its handle serves
-                same = next((h[how] for h in _LOADED.values() if h.get("digest") == digest and how in h), None)
-                held[how] = same if same is not None else (
-                    _registry_load(trt, path) if versioned else ctypes.CDLL(real, mode=ctypes.RTLD_GLOBAL))
-            old = stale_mapping(real) if changed else None
-            if old:  # the reload registered the old creators again: unregister them, and refuse this path from now
-                held["stale"] = old
-                _unload(trt, path, held)
-                raise _stale(path, old)
-            handles.append(held[how])
-    return handles
+        return [_load_one(trt, path, versioned) for path in paths]
+
+
+def _load_one(trt: Any, path: Path, versioned: bool) -> Any:
+    """One library of :func:`load`, with the lock held: its handle."""
+    how = "registry" if versioned else "dlopen"
+    real, digest = os.path.realpath(path), sha256_file(path)[0]
+    held = _LOADED.setdefault(real, {})
+    if held.get("stale"):
+        raise _stale(path, held["stale"])
+    changed = bool(held) and held["digest"] != digest
+    if changed:
+        _unload(trt, path, held)
+    held["digest"] = digest
+    if how not in held:  # a copy of a loaded library elsewhere holds the same creators: its handle serves
+        same = next((h[how] for h in _LOADED.values() if h.get("digest") == digest and how in h), None)
+        held[how] = same if same is not None else (
+            _registry_load(trt, path) if versioned else ctypes.CDLL(real, mode=ctypes.RTLD_GLOBAL))
+    old = stale_mapping(real) if changed else None
+    if old:  # the reload registered the old creators again: unregister them, and refuse this path from now on
+        held["stale"] = old
+        _unload(trt, path, held)
+        raise _stale(path, old)
+    return held[how]
 
 
 def stale_mapping(real: str, maps: Path = Path("/proc/self/maps")) -> str | None:
