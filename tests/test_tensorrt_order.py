@@ -134,22 +134,32 @@ def _libdir(root: Path, version: str) -> Path:
 
 
 def test_the_ort_tensorrt_key_changes_with_the_tensorrt_version_and_the_ep_options(tmp_path: Path) -> None:
+    """The TensorRT the EP loads (all four numbers, from the library) and the profile options are in the key, and
+    so is the CUDA major: here, with a CPU onnxruntime that names none, the one the library links; a library that
+    links none (and nothing else telling) is refused (exit 2), never keyed ``cuda: null``."""
+    import standins as st
+
     from trtwarm.builders.onnxruntime import OrtBuilder
 
-    old, new = _libdir(tmp_path / "a", "10.13.3"), _libdir(tmp_path / "b", "10.16.1")
-    assert libnvinfer_version([str(tmp_path / "none"), str(new), str(old)]) == "10.16.1"
+    assert libnvinfer_version([str(tmp_path / "none"), str(_libdir(tmp_path / "n", "10.16.1"))]) == "10.16.1"
+    old = st.libnvinfer(tmp_path / "a", version=(10, 13, 3, 9), cuda=12)
+    new = st.libnvinfer(tmp_path / "b", version=(10, 16, 1, 11), cuda=12)
 
     def identity(libdir: Path, *shapes: str) -> dict[str, object]:
         s = Settings(model=tmp_path / "m.onnx", builder="onnxruntime", ort_provider="tensorrt",
                      shapes=tuple(parse_shape(x) for x in shapes), environ={"LD_LIBRARY_PATH": str(libdir)})
         return OrtBuilder(s).identity()
 
-    first, upgraded = identity(old), identity(new)
-    assert first["tensorrt"] == "10.13.3" and upgraded["tensorrt"] == "10.16.1" and first != upgraded
-    profiled = identity(new, "input=1x16:8x16:32x16")
+    first, upgraded = identity(old.parent), identity(new.parent)
+    assert first["tensorrt"] == "10.13.3.9" and upgraded["tensorrt"] == "10.16.1.11" and first != upgraded
+    assert first["cuda"] == upgraded["cuda"] == "12"
+    profiled = identity(new.parent, "input=1x16:8x16:32x16")
     assert profiled["ep_options"] == {"trt_profile_max_shapes": "input:32x16", "trt_profile_min_shapes": "input:1x16",
                                       "trt_profile_opt_shapes": "input:8x16"}
     assert "tensorrt" not in OrtBuilder(Settings(model=tmp_path / "m.onnx", builder="onnxruntime")).identity()
+    static = st.libnvinfer(tmp_path / "static", cuda=None)
+    with pytest.raises(ConfigError, match="cannot tell which CUDA major ONNX Runtime's TensorRT EP runs on"):
+        identity(static.parent)
 
 
 def test_tensorrt_11_needs_onnxruntime_1_27() -> None:
@@ -346,12 +356,18 @@ def test_the_ep_key_reads_three_version_parts_from_either_source_and_the_cuda_ma
         "package_name = 'onnxruntime-gpu'\n__version__ = '1.32.0'\ncuda_version = '12.8'\n")
     assert ort_cuda_major(gpu_build) == "12"
     assert ort_cuda_major() is None  # the CPU onnxruntime installed here has no cuda_version
+    import standins as st
+
+    # a library this process cannot load (its CUDA runtime is missing here): three numbers from its file name, the
+    # CUDA major from its DT_NEEDED (11: no other test of this process has a libcudart.so.11 loaded, which the
+    # loader would reuse by its soname)
+    lib = st.libnvinfer(tmp_path / "lib", version=(10, 16, 1, 11), cuda=11)
+    (lib.parent / "libcudart.so.11").unlink()
     s = Settings(model=tmp_path / "m.onnx", builder="onnxruntime", ort_provider="tensorrt",
-                 shapes=(parse_shape("input=1x16:8x16:32x16"),),
-                 environ={"LD_LIBRARY_PATH": str(_libdir(tmp_path / "lib", "10.16.1"))})
+                 shapes=(parse_shape("input=1x16:8x16:32x16"),), environ={"LD_LIBRARY_PATH": str(lib.parent)})
     builder = OrtBuilder(s)
     doc = builder.identity()
-    assert doc["tensorrt"] == "10.16.1" and "cuda" in doc
+    assert doc["tensorrt"] == "10.16.1" and doc["cuda"] == "11"
     assert builder.load_shapes() == [{"input": (1, 16)}, {"input": (8, 16)}, {"input": (32, 16)}]
     assert builder._log_level() == 2  # the EP's warnings (a profile it could not use) are not hidden
     cpu = OrtBuilder(Settings(model=tmp_path / "m.onnx", builder="onnxruntime"))

@@ -9,6 +9,7 @@ end to end.
 from __future__ import annotations
 
 import logging
+import re
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -16,12 +17,13 @@ from typing import Any
 from trtwarm.builders.base import Builder, dist_witnesses
 from trtwarm.builders.ort_tensorrt import (
     PINNED_OPTIONS,
+    build_info,
     check_context_model,
     check_ort_for_tensorrt,
+    ep_cuda_major,
     ep_options,
     ep_tensorrt_version,
     ignored_environment,
-    ort_cuda_major,
     warmup_shapes,
 )
 from trtwarm.errors import BuildError, ConfigError, EntryInvalid
@@ -43,13 +45,32 @@ def ort_errors() -> tuple[type[BaseException], ...]:
 
 
 def ort_version() -> tuple[str, str]:
-    """Return ``(distribution, version)`` of the installed ONNX Runtime, without importing it."""
-    for dist in ("onnxruntime", "onnxruntime-gpu"):
+    """Return ``(distribution, version)`` of the ONNX Runtime ``import onnxruntime`` loads, without importing it.
+
+    What the package's own files say (:func:`~trtwarm.builders.ort_tensorrt.build_info`: ``package_name``,
+    ``__version__``): ``onnxruntime`` and ``onnxruntime-gpu`` installed together share one directory, and the
+    metadata of either cannot say whose files are there. Else (no such file, e.g. a source build) the installed
+    distribution's metadata, ``onnxruntime`` first. :raises ConfigError: none is installed (exit 2)
+    """
+    info = build_info()
+    named = re.sub(r"[-_.]+", "-", info.get("package_name", "")).lower()
+    installed, own = {}, named.startswith("onnxruntime")
+    for dist in dict.fromkeys([named] * own + ["onnxruntime", "onnxruntime-gpu"]):
         try:
-            return dist, metadata.version(dist)
+            installed[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             continue
-    raise ConfigError("onnxruntime is not installed", hint="pip install onnxruntime (or onnxruntime-gpu)")
+    if own and info.get("__version__"):
+        found = named, info["__version__"]
+    elif installed:
+        found = next(iter(installed.items()))
+    else:
+        raise ConfigError("onnxruntime is not installed", hint="pip install onnxruntime (or onnxruntime-gpu)")
+    if len(installed) > 1 and "both" not in _SAID:
+        _SAID.add("both")
+        log.warning("%s are installed together: they share one package directory; keyed by the one whose files are "
+                    "there, %s %s", " and ".join(f"{d} {v}" for d, v in installed.items()), *found)
+    return found
 
 
 class OrtBuilder(Builder):
@@ -78,7 +99,7 @@ class OrtBuilder(Builder):
         if self.epcontext:  # the CUDA major: ORT's build (one CUDA runtime per process), else the TensorRT's
             options = dict(sorted(self._ep_options().items()))  # first: a name the EP cannot take is refused as such
             doc["tensorrt"], trt_cuda = ep_tensorrt_version(self.settings.environ)
-            doc["cuda"] = ort_cuda_major() or trt_cuda
+            doc["cuda"] = ep_cuda_major(trt_cuda)
             check_ort_for_tensorrt(version, doc["tensorrt"])
             doc["ep_options"] = options
             doc["ep_pinned_options"] = dict(sorted(PINNED_OPTIONS.items()))

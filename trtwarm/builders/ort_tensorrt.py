@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trtwarm.builders.tensorrt import library
+from trtwarm.builders.tensorrt import elf, library
 from trtwarm.builders.tensorrt.compat import canonical_version
 from trtwarm.builders.tensorrt.cudamajor import from_dist
 from trtwarm.errors import BuildError, ConfigError
@@ -78,22 +78,28 @@ def _three(text: str) -> str:
     return ".".join(parts)
 
 
-def ort_cuda_major(package_dir: Path | None = None) -> str | None:
-    """The CUDA major ONNX Runtime was built with, without importing it: ``cuda_version`` in
-    ``onnxruntime/capi/build_and_package_info.py`` (absent in CPU builds: ``onnxruntime_validation.py``,
-    ``get_package_name_and_version_info``, onnxruntime 1.32). None when not found."""
-    if package_dir is None:
-        import importlib.util
+def build_info(package_dir: Path | None = None) -> dict[str, str]:
+    """What the ``onnxruntime`` package's own ``capi/build_and_package_info.py`` says (``package_name``,
+    ``__version__``, ``cuda_version`` in GPU builds: ``onnxruntime_validation.py``,
+    ``get_package_name_and_version_info``, onnxruntime 1.32), read without importing it; empty where it is missing.
 
-        spec = importlib.util.find_spec("onnxruntime")
-        if spec is None or not spec.submodule_search_locations:
-            return None
-        package_dir = Path(list(spec.submodule_search_locations)[0])
+    These are the files ``import onnxruntime`` loads: ``onnxruntime`` and ``onnxruntime-gpu`` installed together
+    share one package directory (the last installed wins), so their metadata cannot say which one is there."""
+    if package_dir is None:
+        package_dir = library.package_dir("onnxruntime")
+        if package_dir is None:
+            return {}
     try:
         text = (package_dir / "capi" / "build_and_package_info.py").read_text(errors="replace")
     except OSError:
-        return None
-    match = re.search(r"^cuda_version\s*=\s*['\"](\d+)", text, re.MULTILINE)
+        return {}
+    return dict(re.findall(r"^(\w+)\s*=\s*['\"]([^'\"\n]*)['\"]", text, re.MULTILINE))
+
+
+def ort_cuda_major(package_dir: Path | None = None) -> str | None:
+    """The CUDA major ONNX Runtime was built with (``cuda_version`` of :func:`build_info`; absent in CPU builds).
+    None when not found."""
+    match = re.match(r"(\d+)", build_info(package_dir).get("cuda_version", ""))
     return match[1] if match else None
 
 
@@ -121,29 +127,47 @@ def _name_version(found: Path) -> str | None:
     return match.group(1) if match and match.group(1).count(".") >= 2 else None
 
 
-def _provider_library() -> list[Path]:
-    """ONNX Runtime's TensorRT provider library, whose RUNPATH the loader follows to ``libnvinfer`` (not imported)."""
+def _provider_library(kind: str = "tensorrt") -> list[Path]:
+    """ONNX Runtime's TensorRT provider library, whose RUNPATH the loader follows to ``libnvinfer`` (not imported);
+    *kind* ``*``: every provider library (the CUDA one links the CUDA runtime too)."""
     where = library.package_dir("onnxruntime")
-    return sorted((where / "capi").glob("libonnxruntime_providers_tensorrt.so*")) if where is not None else []
+    return sorted((where / "capi").glob(f"libonnxruntime_providers_{kind}.so*")) if where is not None else []
+
+
+def nvinfer_majors(providers: list[Path]) -> tuple[int, ...]:
+    """The ``libnvinfer.so.<major>`` the provider library names in its ``DT_NEEDED`` (the one the loader resolves),
+    newest first; where it cannot be read (or is not there), every major the EP may load, (11, 10)."""
+    majors = set()
+    for path in providers:
+        try:
+            needed = elf.dynamic(path).needed
+        except (OSError, ValueError):
+            continue
+        majors.update(int(m[1]) for name in needed for m in [re.fullmatch(r"libnvinfer\.so\.(\d+)", name)] if m)
+    return tuple(sorted(majors, reverse=True)) or (11, 10)
 
 
 def ep_tensorrt_version(environ: Mapping[str, str]) -> tuple[str, str | None]:
     """``(version, CUDA major or None)`` of the TensorRT the EP will load here.
 
-    The ``libnvinfer.so.<major>`` the dynamic loader finds for the provider library (its RUNPATH,
-    ``LD_LIBRARY_PATH``, the system directories, then the pip wheel's ``tensorrt_libs``), its four numbers read
-    from the library itself (:func:`.library.versions`); where it cannot be loaded here (e.g. a dependency this
-    process cannot find), the numbers its wheel or its file name carry (three), with a warning; no library at all:
-    the installed ``tensorrt`` wheel's. The CUDA major: the wheel's ``cuN`` for the wheel's library, else what the
-    library links. :raises ConfigError: nothing tells (exit 2)
+    The ``libnvinfer.so.<major>`` the provider library names (:func:`nvinfer_majors`), as the dynamic loader finds
+    it (the provider's RUNPATH, ``LD_LIBRARY_PATH``, the system directories, then the pip wheel's
+    ``tensorrt_libs``), its four numbers read from the library itself (:func:`.library.versions`); where it cannot
+    be loaded here (e.g. a dependency this process cannot find), the numbers its wheel or its file name carry
+    (three), with a warning; no library at all: the installed ``tensorrt`` wheel's, if of that major. The CUDA
+    major: the wheel's ``cuN`` for the wheel's library, else what the library links.
+    :raises ConfigError: nothing tells (exit 2)
     """
-    found = library.find(library.search_dirs(environ, _provider_library(), wheel_first=False), (11, 10))
+    providers = _provider_library()
+    majors = nvinfer_majors(providers)
+    found = library.find(library.search_dirs(environ, providers, wheel_first=False), majors)
     wheel = _wheel()
     if found is None:
-        if wheel is None:
-            raise ConfigError("--ort-provider tensorrt: cannot tell which TensorRT ONNX Runtime will load (no "
-                              "libnvinfer.so on LD_LIBRARY_PATH or in the system library directories, no tensorrt "
-                              "wheel)", hint=_FIND_HINT)
+        names = " or ".join(f"libnvinfer.so.{m}" for m in majors)
+        if wheel is None or (_numbers(wheel[0]) or (0,))[0] not in majors:
+            raise ConfigError(f"--ort-provider tensorrt: cannot tell which TensorRT ONNX Runtime will load (no {names} "
+                              "on LD_LIBRARY_PATH or in the system library directories, no tensorrt wheel of that "
+                              "major)", hint=_FIND_HINT)
         return _canonical(wheel[0]), wheel[1]
     own = wheel if wheel is not None and _in_wheel(found) else None
     numbers, why = library.versions(found)
@@ -159,6 +183,26 @@ def ep_tensorrt_version(environ: Mapping[str, str]) -> tuple[str, str | None]:
             "what its %s says%s", found, why, told, "wheel" if own else "file name",
             "" if exact else "; a plan of another build of it is caught by the load check (a rebuild)")
     return _canonical(told), cuda
+
+
+def ep_cuda_major(trt_cuda: str | None) -> str:
+    """The CUDA major the EP runs on: ONNX Runtime's build (:func:`ort_cuda_major`; one CUDA runtime per process),
+    else the TensorRT's (*trt_cuda*: its wheel or what its library links), else the CUDA runtime ONNX Runtime's
+    provider libraries link (their ``DT_NEEDED``). :raises ConfigError: none tells (exit 2): a key without it would
+    be shared by the CUDA 12 and CUDA 13 builds"""
+    told = ort_cuda_major() or trt_cuda
+    if told:
+        return told
+    linked = library.cuda_majors(_provider_library("*"))
+    if len(linked) == 1:
+        return next(iter(linked))
+    raise ConfigError("--ort-provider tensorrt: cannot tell which CUDA major ONNX Runtime's TensorRT EP runs on: "
+                      "onnxruntime's capi/build_and_package_info.py names no cuda_version, the TensorRT library and "
+                      "its wheel name none, and its provider libraries link "
+                      f"{' and '.join(linked.values()) if linked else 'no CUDA runtime by name'}; a key without it "
+                      "would be shared by the CUDA 12 and CUDA 13 builds",
+                      hint="install an onnxruntime-gpu wheel as published (its build_and_package_info.py names its "
+                      "CUDA), e.g. pip install onnxruntime-gpu; and TensorRT from a tensorrt-cuN wheel")
 
 
 def _wheel() -> tuple[str, str | None] | None:
@@ -245,6 +289,7 @@ def check_context_model(path: Path) -> None:
                          "--ort-provider cuda")
 
 
-__all__ = ["ENV_PREFIXES", "MIN_ORT", "PINNED_OPTIONS", "VERSION_PARTS", "check_context_model",
-           "check_ort_for_tensorrt", "check_profile_names", "ep_options", "ep_tensorrt_version", "foreign_nodes",
-           "ignored_environment", "libnvinfer_version", "ort_cuda_major", "warmup_shapes"]
+__all__ = ["ENV_PREFIXES", "MIN_ORT", "PINNED_OPTIONS", "VERSION_PARTS", "build_info", "check_context_model",
+           "check_ort_for_tensorrt", "check_profile_names", "ep_cuda_major", "ep_options", "ep_tensorrt_version",
+           "foreign_nodes", "ignored_environment", "libnvinfer_version", "nvinfer_majors", "ort_cuda_major",
+           "warmup_shapes"]

@@ -50,7 +50,11 @@ def throughput(gpu: Any) -> int | None:
 
 def clearly_before(a: Any, b: Any) -> bool:
     """Whether FASTEST_FIRST surely enumerates *a* before *b*, two different products: a higher compute capability
-    that throughput does not contradict, or at one compute capability a throughput :data:`CLEAR_MARGIN` higher."""
+    that throughput does not contradict, or at one compute capability a throughput :data:`CLEAR_MARGIN` higher.
+    Never for a MIG device: a slice has its GPU's compute capability and a fraction of its SMs, which NVML does not
+    count (``nvmlDeviceGetNumGpuCores`` answers for whole GPUs)."""
+    if a.mig_profile or b.mig_profile:
+        return False
     ta, tb = throughput(a), throughput(b)
     if tuple(a.compute_capability) != tuple(b.compute_capability):
         newer = tuple(a.compute_capability) > tuple(b.compute_capability)
@@ -64,8 +68,11 @@ def order(gpus: Sequence[Any], mode: str) -> list[list[Any]]:
     (:func:`clearly_before`); else it joins that block, whose order NVML cannot tell. Each block in PCI bus order.
     A block of one product keys alike whatever CUDA does inside it."""
     by_bus = sorted(gpus, key=lambda g: g.pci_bus_id.lower())
-    if mode == "PCI_BUS_ID":
-        return [[g] for g in by_bus]
+    if mode == "PCI_BUS_ID":  # one bus id: the MIG devices of one GPU (or ids NVML did not give), in no known order
+        same_bus: dict[str, list[Any]] = {}
+        for gpu in by_bus:
+            same_bus.setdefault(gpu.pci_bus_id.lower(), []).append(gpu)
+        return list(same_bus.values())
     ranked = sorted(by_bus, key=lambda g: (tuple(g.compute_capability), throughput(g) or 0), reverse=True)
     blocks: list[list[Any]] = []
     for gpu in ranked:
@@ -110,10 +117,12 @@ def at(gpus: Sequence[Any], position: int, mode: str, what: str) -> Any | None:
             products = {product(g) for g in block}
             if len(products) > 1:
                 names = " and ".join(sorted({_describe(g) for g in block}))
-                raise ConfigError(f"{what} under CUDA_DEVICE_ORDER=FASTEST_FIRST (CUDA's default): which of {names} "
-                                  "CUDA enumerates there cannot be told from NVML (CUDA orders GPUs by a heuristic "
-                                  "it does not publish), and the key must name the GPU the engine is built on",
-                                  hint=ORDER_HINT)
+                setting = "PCI_BUS_ID" if mode == "PCI_BUS_ID" else "FASTEST_FIRST (CUDA's default)"
+                why = ("CUDA orders the MIG devices of one GPU (one PCI bus id) in no published order"
+                       if mode == "PCI_BUS_ID" else "CUDA orders GPUs by a heuristic it does not publish")
+                raise ConfigError(f"{what} under CUDA_DEVICE_ORDER={setting}: which of {names} CUDA enumerates there "
+                                  f"cannot be told from NVML ({why}), and the key must name the GPU the engine is "
+                                  "built on", hint=ORDER_HINT)
             chosen = block[position - start]
             if mode == "FASTEST_FIRST" and len({product(g) for g in gpus}) > 1:
                 log.warning("%s under CUDA_DEVICE_ORDER=FASTEST_FIRST (CUDA's default), among different GPUs: taking "

@@ -54,6 +54,7 @@ class GpuInfo:
     parent_uuid: str | None = None  # a MIG instance's GPU, GPU instance and compute instance (MIG-GPU-<uuid>/gi/ci)
     gpu_instance: int | None = None
     compute_instance: int | None = None
+    mig_enabled: bool = False  # a GPU in MIG mode: CUDA sees its MIG devices, never the GPU itself
 
     @property
     def memory_gib(self) -> int | None:
@@ -140,13 +141,14 @@ def _nvidia_visible(value: str | None, devices_dir: Path) -> list[str] | None:
 
 
 def _pick(gpus: list[GpuInfo], wanted: list[str] | None) -> list[GpuInfo]:
-    """The devices ``NVIDIA_VISIBLE_DEVICES`` gives this container (by UUID or a prefix of one), in its order."""
+    """The devices ``NVIDIA_VISIBLE_DEVICES`` gives this container (by UUID or a prefix of one), in its order; a GPU
+    in MIG mode given whole (the device plugin's ``mig.strategy=none``) gives its MIG devices, which CUDA sees."""
     if wanted is None:
         return gpus
     chosen = []
     for item in wanted:
         match = [g for g in gpus if g.uuid == item or g.uuid.startswith(item)]
-        chosen.extend(match[:1])
+        chosen.extend(match[:1] or [g for g in gpus if g.parent_uuid and g.parent_uuid.startswith(item)])
     return chosen
 
 
@@ -186,13 +188,37 @@ def select(gpus: list[GpuInfo], environ: Mapping[str, str], devices_dir: Path = 
     if nvidia == []:
         raise ConfigError(f"no GPU is visible (NVIDIA_VISIBLE_DEVICES={environ.get('NVIDIA_VISIBLE_DEVICES')!r})",
                           hint=_NO_GPU_HINT)
-    candidates = [g for g in gpus if g.mig_profile] or gpus  # with MIG on, CUDA only sees MIG devices
+    candidates = [g for g in gpus if not _in_mig_mode(g, gpus)]
     if nvidia and any(v.upper().startswith("MIG-") for v in nvidia):
         candidates = [g for g in gpus if g.mig_profile]
-    chosen = _cuda_device0(_pick(candidates, nvidia), environ)
+    visible = _pick(candidates, nvidia)
+    chosen = _cuda_device0(visible, environ)
     if chosen is None:
-        raise ConfigError("no GPU is visible to this container", hint=_NO_GPU_HINT)
+        raise _none_visible(visible, environ)
     return chosen
+
+
+def _in_mig_mode(device: GpuInfo, gpus: list[GpuInfo]) -> bool:
+    """Whether *device* is a GPU in MIG mode, which shows CUDA its MIG devices instead of itself (the other GPUs
+    stay: MIG is per GPU): NVML said so, or a MIG device names it as its parent or shares its PCI bus id (a MIG
+    device answers with its GPU's)."""
+    if device.mig_profile:
+        return False
+    return device.mig_enabled or any(g.mig_profile and (g.parent_uuid == device.uuid or (
+        g.pci_bus_id and g.pci_bus_id.lower() == device.pci_bus_id.lower())) for g in gpus)
+
+
+def _none_visible(visible: list[GpuInfo], environ: Mapping[str, str]) -> ConfigError:
+    """Why CUDA sees no device: none in the container, or ``CUDA_VISIBLE_DEVICES`` naming none of them."""
+    value = environ.get("CUDA_VISIBLE_DEVICES")
+    if not visible or value is None:
+        return ConfigError("no GPU is visible to this container", hint=_NO_GPU_HINT)
+    devices = ", ".join(f"{g.uuid} ({g.name})" for g in visible)
+    return ConfigError(f"no GPU is visible to CUDA: CUDA_VISIBLE_DEVICES={value!r} names none of this container's "
+                       f"({devices}): its first entry is neither an index of one nor (a unique prefix of) one's "
+                       "UUID, and CUDA ignores it and every entry after it",
+                       hint="set CUDA_VISIBLE_DEVICES as the inference server's (an index from 0, or a UUID "
+                       f"nvidia-smi -L prints), or unset it; if the container lacks its GPU: {_NO_GPU_HINT}")
 
 
 def key_fields(gpu: GpuInfo, hardware_compat: str = "none", platform: str | None = None) -> dict[str, Any]:

@@ -35,27 +35,30 @@ def _memory(nvml: Any, handle: Any) -> int | None:
     info = _ask(nvml, lambda: nvml.nvmlDeviceGetMemoryInfo(handle), "memory info")
     if info is not None:
         return int(info.total)
-    attributes = _ask(nvml, lambda: nvml.nvmlDeviceGetAttributes_v2(handle), "MIG attributes")
+    attributes = _optional(nvml, "nvmlDeviceGetAttributes_v2", handle)
     return int(attributes.memorySizeMB) << 20 if attributes is not None else None
 
 
 def _placement(nvml: Any, handle: Any) -> tuple[tuple[int, int] | None, str]:
     """``(compute capability, PCI bus id)``; a MIG handle answers both through its parent."""
-    cc = _ask(nvml, lambda: nvml.nvmlDeviceGetCudaComputeCapability(handle), "compute capability")
-    pci = _ask(nvml, lambda: nvml.nvmlDeviceGetPciInfo(handle).busId, "PCI info")
+    cc = _optional(nvml, "nvmlDeviceGetCudaComputeCapability", handle)
+    pci = getattr(_optional(nvml, "nvmlDeviceGetPciInfo", handle), "busId", None)
     if cc is None or pci is None:
-        parent = _ask(nvml, lambda: nvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle), "MIG parent")
+        parent = _optional(nvml, "nvmlDeviceGetDeviceHandleFromMigDeviceHandle", handle)
         if parent is not None:
-            cc = cc or _ask(nvml, lambda: nvml.nvmlDeviceGetCudaComputeCapability(parent), "parent's capability")
-            pci = pci or _ask(nvml, lambda: nvml.nvmlDeviceGetPciInfo(parent).busId, "parent's PCI info")
+            cc = cc or _optional(nvml, "nvmlDeviceGetCudaComputeCapability", parent)
+            pci = pci or getattr(_optional(nvml, "nvmlDeviceGetPciInfo", parent), "busId", None)
     pci = pci or ""
     return (tuple(cc) if cc else None), (pci if isinstance(pci, str) else pci.decode())  # type: ignore[return-value]
 
 
 def _optional(nvml: Any, name: str, *args: Any) -> Any:
-    """``nvml.<name>(*args)``, or None where the binding lacks the function (older ``nvidia-ml-py``) or NVML refuses."""
+    """``nvml.<name>(*args)``, or None where the binding lacks the function (older ``nvidia-ml-py``, or the old
+    ``pynvml`` package: no MIG calls, no ``_v2``) or NVML refuses. Bytes (older bindings return C strings as
+    ``bytes``) come back as text."""
     call = getattr(nvml, name, None)
-    return None if call is None else _ask(nvml, lambda: call(*args), name)
+    found = None if call is None else _ask(nvml, lambda: call(*args), name)
+    return found.decode(errors="replace") if isinstance(found, bytes) else found
 
 
 def _speed(nvml: Any, handle: Any) -> dict[str, Any]:
@@ -69,8 +72,7 @@ def _speed(nvml: Any, handle: Any) -> dict[str, Any]:
 
 def _info(nvml: Any, handle: Any, system: dict[str, Any]) -> dict[str, Any] | None:
     """One device's facts, or None when NVML will not name it (its UUID, name or compute capability)."""
-    name = _ask(nvml, lambda: nvml.nvmlDeviceGetName(handle), "device name")
-    uuid = _ask(nvml, lambda: nvml.nvmlDeviceGetUUID(handle), "device UUID")
+    name, uuid = _optional(nvml, "nvmlDeviceGetName", handle), _optional(nvml, "nvmlDeviceGetUUID", handle)
     cc, pci = _placement(nvml, handle)
     if not name or not uuid or cc is None:
         log.warning("NVML does not name one of its devices (name %r, UUID %r, compute capability %r): skipped",
@@ -80,13 +82,14 @@ def _info(nvml: Any, handle: Any, system: dict[str, Any]) -> dict[str, Any] | No
             "pci_bus_id": pci, **_speed(nvml, handle), **system}
 
 
-def _mig_children(nvml: Any, handle: Any, system: dict[str, Any]) -> list[dict[str, Any]]:
-    mode = _ask(nvml, lambda: nvml.nvmlDeviceGetMigMode(handle), "MIG mode")  # refused: not MIG-capable
-    if mode is None or mode[0] != nvml.NVML_DEVICE_MIG_ENABLE:
-        return []
-    children, parent = [], _ask(nvml, lambda: nvml.nvmlDeviceGetUUID(handle), "device UUID")
-    for i in range(_ask(nvml, lambda: nvml.nvmlDeviceGetMaxMigDeviceCount(handle), "MIG device count") or 0):
-        child = _ask(nvml, lambda: nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, i), "MIG device")
+def _mig_children(nvml: Any, handle: Any, system: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The MIG devices of a GPU in MIG mode (CUDA sees those instead of the GPU); None: MIG is off or unsupported."""
+    mode = _optional(nvml, "nvmlDeviceGetMigMode", handle)  # refused: not MIG-capable
+    if mode is None or mode[0] != getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1):
+        return None
+    children, parent = [], _optional(nvml, "nvmlDeviceGetUUID", handle)
+    for i in range(_optional(nvml, "nvmlDeviceGetMaxMigDeviceCount", handle) or 0):
+        child = _optional(nvml, "nvmlDeviceGetMigDeviceHandleByIndex", handle, i)
         info = _info(nvml, child, system) if child is not None else None  # None: an unpopulated MIG slot
         if info is not None:  # what names it in CUDA_VISIBLE_DEVICES=MIG-GPU-<uuid>/<gi>/<ci>
             info.update(parent_uuid=parent, gpu_instance=_optional(nvml, "nvmlDeviceGetGpuInstanceId", child),
@@ -103,17 +106,18 @@ def read_all(nvml: Any) -> list[dict[str, Any]]:
     except nvml.NVMLError:  # no driver library, or no GPU: the caller says what is missing
         return []
     try:
-        system = {"driver_version": _ask(nvml, nvml.nvmlSystemGetDriverVersion, "driver version") or "",
-                  "cuda_driver_version": _ask(nvml, nvml.nvmlSystemGetCudaDriverVersion_v2, "CUDA version") or 0}
+        system = {"driver_version": _optional(nvml, "nvmlSystemGetDriverVersion") or "",
+                  "cuda_driver_version": _optional(nvml, "nvmlSystemGetCudaDriverVersion_v2")
+                  or _optional(nvml, "nvmlSystemGetCudaDriverVersion") or 0}
         found: list[dict[str, Any]] = []
         for i in range(_ask(nvml, nvml.nvmlDeviceGetCount, "device count") or 0):
             handle = _ask(nvml, lambda: nvml.nvmlDeviceGetHandleByIndex(i), f"device {i}")  # NO_PERMISSION: not ours
             if handle is None:
                 continue
-            info = _info(nvml, handle, system)
+            info, children = _info(nvml, handle, system), _mig_children(nvml, handle, system)
             if info is not None:
-                found.append(info)
-            found.extend(_mig_children(nvml, handle, system))
+                found.append({**info, "mig_enabled": children is not None})
+            found.extend(children or [])
         return found
     finally:
         _ask(nvml, nvml.nvmlShutdown, "shutdown")

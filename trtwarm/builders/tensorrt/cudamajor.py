@@ -9,7 +9,8 @@ Asked in this order, the first that answers with one major wins (each answer is 
 2. the library itself: the ``libcudart.so.N`` (or ``libcublas``, ``libcublasLt``, ``libnvrtc``) that the
    ``libnvinfer.so.<major>`` the bindings load links (:func:`.library.cuda_major`);
 3. the packages installed beside it: the Debian package of that library (NGC images and NVIDIA's repository:
-   ``libnvinfer10`` ``10.16.1.11-1+cuda12.9``), then the CUDA runtime: pip's ``nvidia-cuda-runtime-cu12`` (which
+   ``libnvinfer10`` ``10.16.1.11-1+cuda12.9``; dpkg's database under ``DPKG_ADMINDIR``, as dpkg(1) reads it,
+   default ``/var/lib/dpkg``), then the CUDA runtime: pip's ``nvidia-cuda-runtime-cu12`` (which
    ``tensorrt-cu12-libs`` requires; from CUDA 13 ``nvidia-cuda-runtime`` 13.x) or Debian's ``cuda-cudart-12-9``;
    a kind that names two majors says nothing;
 4. after ``import tensorrt`` (only now: it loads hundreds of MB): the ``libnvinfer`` and ``libcudart`` mapped
@@ -32,6 +33,8 @@ from trtwarm.errors import ConfigError
 
 log = logging.getLogger("trtwarm.build")
 DPKG_STATUS = Path("/var/lib/dpkg/status")
+DPKG_ADMINDIR = "DPKG_ADMINDIR"  # dpkg(1): "If set and the --admindir option has not been specified, it will be used
+# as the dpkg data directory"
 _STATUS_LIMIT = 64 << 20
 _NVINFER = re.compile(r"libnvinfer\.so\.\d+(?:\.\d+)*")
 _CUDART = re.compile(r"libcudart\.so\.(\d+)(?:\.\d+)*")
@@ -55,6 +58,12 @@ def dpkg_installed(status: Path = DPKG_STATUS) -> dict[str, str]:
         if fields.get("Package") and fields.get("Version") and fields.get("Status", "").endswith(" installed"):
             installed[fields["Package"]] = fields["Version"]
     return installed
+
+
+def dpkg_status(environ: Mapping[str, str]) -> Path:
+    """dpkg's ``status`` file: under ``$DPKG_ADMINDIR`` where it is set (dpkg(1)), else :data:`DPKG_STATUS`."""
+    admin = environ.get(DPKG_ADMINDIR, "").strip()
+    return Path(admin) / "status" if admin else DPKG_STATUS
 
 
 def _one(found: dict[str, str]) -> tuple[str, str] | None:
@@ -104,7 +113,7 @@ def cuda_major(dist: str, version: str, environ: Mapping[str, str]) -> tuple[str
     trt_major = int(version.split(".")[0])
     nvinfer = installed_library(version, environ)
     cuda, why = library.cuda_major(nvinfer) if nvinfer else (None, f"no libnvinfer.so.{trt_major} found")
-    answer = (cuda, why) if cuda else from_packages(trt_major) or from_process(trt_major)
+    answer = (cuda, why) if cuda else from_packages(trt_major, dpkg_status(environ)) or from_process(trt_major)
     if answer:
         log.info("TensorRT %s runs on CUDA %s (%s)", version, answer[0], answer[1])
         return answer[0], answer[1]
@@ -128,5 +137,5 @@ def _bindings() -> list[Path]:
     return sorted(where.glob("*.so")) if where is not None else []
 
 
-__all__ = ["DPKG_STATUS", "cuda_major", "dpkg_installed", "from_dist", "from_packages", "from_process",
-           "installed_library"]
+__all__ = ["DPKG_ADMINDIR", "DPKG_STATUS", "cuda_major", "dpkg_installed", "dpkg_status", "from_dist", "from_packages",
+           "from_process", "installed_library"]

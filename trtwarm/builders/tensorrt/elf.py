@@ -34,6 +34,7 @@ class Dynamic:
     needed: tuple[str, ...]
     soname: str | None
     runpath: tuple[str, ...]  # DT_RUNPATH, else DT_RPATH, split at ':' (``$ORIGIN`` left as written)
+    rpath: bool = False  # it is DT_RPATH, which ld.so searches before LD_LIBRARY_PATH (DT_RUNPATH: after)
 
 
 def _unpack(fmt: str, data: bytes, offset: int = 0) -> tuple[int, ...]:
@@ -132,7 +133,8 @@ def dynamic(path: Path) -> Dynamic:
         elif tag == _DT_RPATH:
             rpath = _string(strings, value)
     search = runpath if runpath is not None else rpath  # ld.so ignores DT_RPATH when DT_RUNPATH is there
-    return Dynamic(tuple(needed), soname, tuple(p for p in (search or "").split(":") if p))
+    return Dynamic(tuple(needed), soname, tuple(p for p in (search or "").split(":") if p),
+                   rpath=runpath is None and rpath is not None)
 
 
 def exported_symbols(path: Path) -> set[str]:

@@ -3,9 +3,10 @@ CUDA major it links.
 
 * **Which file.** The dynamic loader resolves ``libnvinfer.so.<major>`` (a ``DT_NEEDED`` of the ``tensorrt`` bindings
   and of ONNX Runtime's TensorRT provider) through an object already loaded under that name, the needing object's
-  ``DT_RUNPATH``, ``LD_LIBRARY_PATH``, then the system directories (ld.so(8)). :func:`search_dirs` lists them in
-  that order; a pip install's ``tensorrt_libs`` package loads every library of its directory before the bindings
-  (``python/packaging/libs_wheel/tensorrt_libs/__init__.py``), so it comes first where it is imported.
+  ``DT_RPATH`` (only where it has no ``DT_RUNPATH``), ``LD_LIBRARY_PATH``, its ``DT_RUNPATH``, then the system
+  directories (ld.so(8)). :func:`search_dirs` lists them in that order; a pip install's ``tensorrt_libs`` package
+  loads every library of its directory before the bindings (``python/packaging/libs_wheel/tensorrt_libs/
+  __init__.py``), so it comes first where it is imported.
 * **Its CUDA major** (:func:`cuda_major`): the ``libcudart.so.N``/``libcublas.so.N``/``libcublasLt.so.N``/
   ``libnvrtc.so.N`` in the ``DT_NEEDED`` of the library and of its siblings (``libnvinfer_plugin``,
   ``libnvonnxparser``), read from the files (:mod:`.elf`); or, after ``import tensorrt``, the ``libcudart`` mapped
@@ -40,15 +41,18 @@ def _expand(entry: str, origin: Path) -> str:
     return entry.replace("${ORIGIN}", str(origin)).replace("$ORIGIN", str(origin))
 
 
-def runpath_of(objects: Iterable[Path]) -> list[str]:
-    """The ``DT_RUNPATH`` (else ``DT_RPATH``) directories of each shared object, ``$ORIGIN`` expanded; objects that
-    cannot be read are skipped (the loader would fail on them, and the caller looks elsewhere)."""
+def runpath_of(objects: Iterable[Path], rpath: bool | None = None) -> list[str]:
+    """The ``DT_RUNPATH`` (else ``DT_RPATH``) directories of each shared object, ``$ORIGIN`` expanded; *rpath*
+    True/False: only those from a ``DT_RPATH``/``DT_RUNPATH``. Objects that cannot be read are skipped (the loader
+    would fail on them, and the caller looks elsewhere)."""
     dirs: list[str] = []
     for path in objects:
         try:
-            dirs.extend(_expand(entry, path.parent) for entry in elf.dynamic(path).runpath)
+            found = elf.dynamic(path)
         except (OSError, ValueError):
             continue
+        if rpath is None or found.rpath == rpath:
+            dirs.extend(_expand(entry, path.parent) for entry in found.runpath)
     return dirs
 
 
@@ -68,11 +72,12 @@ def search_dirs(environ: Mapping[str, str], needing: Iterable[Path] = (), wheel_
                 last: Iterable[str] = ()) -> list[str]:
     """Where ``libnvinfer.so.<major>`` is looked for, in the loader's order: the pip wheel's ``tensorrt_libs``
     (first when *wheel_first*: the ``tensorrt`` bindings import it before they load; last otherwise, e.g. for ONNX
-    Runtime, which does not), the *needing* objects' RUNPATH, ``LD_LIBRARY_PATH``, the system directories, then
-    *last* (places only a packaging of the caller's own uses)."""
+    Runtime, which does not), the *needing* objects' ``DT_RPATH``, ``LD_LIBRARY_PATH``, their ``DT_RUNPATH``, the
+    system directories, then *last* (places only a packaging of the caller's own uses)."""
     wheel = package_dir("tensorrt_libs")
-    ordered = [*runpath_of(needing), *(d for d in environ.get("LD_LIBRARY_PATH", "").split(":") if d),
-               *SYSTEM_LIB_DIRS]
+    needing = list(needing)  # ld.so(8): DT_RPATH (where there is no DT_RUNPATH), LD_LIBRARY_PATH, DT_RUNPATH, ...
+    ordered = [*runpath_of(needing, rpath=True), *(d for d in environ.get("LD_LIBRARY_PATH", "").split(":") if d),
+               *runpath_of(needing, rpath=False), *SYSTEM_LIB_DIRS]
     if wheel is not None:
         ordered = [str(wheel), *ordered] if wheel_first else [*ordered, str(wheel)]
     return list(dict.fromkeys([*ordered, *last]))

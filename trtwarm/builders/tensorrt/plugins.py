@@ -84,26 +84,57 @@ def load(trt: Any, paths: tuple[Path, ...], versioned: bool) -> list[Any]:
 
     A library whose file changed since this process loaded it (another SHA-256 at the same real path) is unloaded
     first where TensorRT can (``deregister_library(handle)``, ``pyPlugin.cpp`` main L3853: "Any resources acquired
-    when the library was loaded will be released"); one opened with ``dlopen`` cannot be, and is refused.
+    when the library was loaded will be released"); one opened with ``dlopen`` cannot be, and is refused. The
+    reload is refused too where the process still maps the old file (:func:`stale_mapping`): ``dlopen`` answers a
+    path it has loaded with the copy it holds (ld.so matches the name first), e.g. when the old library could not
+    be unloaded (a C++ library with unique symbols stays, ``RTLD_NODELETE``), and the engine would be built with the
+    old plugin under the new one's key.
 
     :return: the handles (kept alive by this module for the life of the process)
     :raises BuildError: TensorRT refused a library, or one changed on disk that this process cannot unload
     """
-    handles = []
-    how = "registry" if versioned else "dlopen"
     with _LOCK:
-        for path in paths:
-            real, digest = os.path.realpath(path), sha256_file(path)[0]
-            held = _LOADED.setdefault(real, {})
-            if held and held["digest"] != digest:
-                _unload(trt, path, held)
-            held["digest"] = digest
-            if how not in held:  # a copy of a loaded library elsewhere holds the same creators: its handle serves
-                same = next((h[how] for h in _LOADED.values() if h.get("digest") == digest and how in h), None)
-                held[how] = same if same is not None else (
-                    _registry_load(trt, path) if versioned else ctypes.CDLL(real, mode=ctypes.RTLD_GLOBAL))
-            handles.append(held[how])
-    return handles
+        return [_load_one(trt, path, versioned) for path in paths]
+
+
+def _load_one(trt: Any, path: Path, versioned: bool) -> Any:
+    """One library of :func:`load`, with the lock held: its handle."""
+    how = "registry" if versioned else "dlopen"
+    real, digest = os.path.realpath(path), sha256_file(path)[0]
+    held = _LOADED.setdefault(real, {})
+    if held.get("stale"):
+        raise _stale(path, held["stale"])
+    changed = bool(held) and held["digest"] != digest
+    if changed:
+        _unload(trt, path, held)
+    held["digest"] = digest
+    if how not in held:  # a copy of a loaded library elsewhere holds the same creators: its handle serves
+        same = next((h[how] for h in _LOADED.values() if h.get("digest") == digest and how in h), None)
+        held[how] = same if same is not None else (
+            _registry_load(trt, path) if versioned else ctypes.CDLL(real, mode=ctypes.RTLD_GLOBAL))
+    old = stale_mapping(real) if changed else None
+    if old:  # the reload registered the old creators again: unregister them, and refuse this path from now on
+        held["stale"] = old
+        _unload(trt, path, held)
+        raise _stale(path, old)
+    return held[how]
+
+
+def stale_mapping(real: str, maps: Path = Path("/proc/self/maps")) -> str | None:
+    """What says this process maps an older file than the one now at *real* (its ``/proc/self/maps`` entry of
+    that path: another inode, or ``(deleted)``), or None."""
+    try:
+        now, text = os.stat(real), maps.read_text(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        fields = line.split(None, 5)
+        if len(fields) < 6 or not fields[5].startswith(real):
+            continue
+        name, inode = fields[5].strip(), int(fields[4])
+        if name == f"{real} (deleted)" or (name == real and inode != now.st_ino):
+            return f"{name}, inode {inode}, is mapped; the file there now is inode {now.st_ino}"
+    return None
 
 
 def _registry_load(trt: Any, path: Path) -> Any:
@@ -130,6 +161,12 @@ def _unload(trt: Any, path: Path, held: dict[str, Any]) -> None:
                 del other["registry"]
 
 
+def _stale(path: Path, why: str) -> BuildError:
+    return BuildError(f"--plugin {path} changed on disk after this process loaded it, and this process still maps the "
+                      f"old library ({why}): loading it again gives the old code",
+                      hint="run the build in a new process (a new trtwarm command) so the new library is loaded")
+
+
 def serialize_plugins(config: Any, parser: Any, paths: tuple[Path, ...]) -> list[str]:
     """Give the version-compatible build every plugin library to carry: those the parser says the network uses
     (``parser.get_used_vc_plugin_libraries()``) and the ``--plugin`` ones, each once, as
@@ -142,4 +179,4 @@ def serialize_plugins(config: Any, parser: Any, paths: tuple[Path, ...]) -> list
     return libraries
 
 
-__all__ = ["check_serializable", "check_unique", "exported_symbols", "load", "serialize_plugins"]
+__all__ = ["check_serializable", "check_unique", "exported_symbols", "load", "serialize_plugins", "stale_mapping"]

@@ -11,12 +11,15 @@ wheel whose metadata says ``10.7.0.post1`` (a packaging revision) is keyed by th
 from __future__ import annotations
 
 import importlib.util
+import logging
 import re
 from importlib import metadata
 
 from trtwarm.builders.tensorrt.compat import canonical_version
+from trtwarm.builders.tensorrt.cudamajor import from_dist
 from trtwarm.errors import ConfigError
 
+log = logging.getLogger("trtwarm.build")
 INSTALL_HINT = ("install TensorRT into this image: pip install 'trtwarm[tensorrt]' (the same TensorRT version as "
                 "your inference server), or use --builder onnxruntime / --builder command")
 #: distributions that provide the ``tensorrt`` module, most specific first (pip wheels, then NGC / system packages)
@@ -36,13 +39,24 @@ def tensorrt_version() -> tuple[str, str]:
     if importlib.util.find_spec("tensorrt") is None:
         raise ConfigError("--builder tensorrt needs the tensorrt Python package, which is not installed",
                           hint=INSTALL_HINT)
+    installed = {}
     for dist in DISTRIBUTIONS:
         try:
-            version = canonical_version(metadata.version(dist))
+            installed[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             continue
-        return dist, version or _imported_version()
-    return "tensorrt", _imported_version()  # a source or vendored install without metadata
+    if not installed:
+        return "tensorrt", _imported_version()  # a source or vendored install without metadata
+    majors = sorted({m for m in map(from_dist, installed) if m})
+    if len(majors) > 1:  # e.g. tensorrt-cu12-bindings left behind by tensorrt-cu13: one `tensorrt` package, files of
+        # whichever was installed last; the CUDA major is then read from the library (plain `tensorrt` names none)
+        log.warning("TensorRT distributions of several CUDA majors are installed (%s): they share one `tensorrt` "
+                    "package; its CUDA major is read from the library it loads", ", ".join(installed))
+        versions = {canonical_version(v) for v in installed.values()}
+        return "tensorrt", (versions.pop() if len(versions) == 1 and None not in versions else None) or \
+            _imported_version()
+    dist, version = next(iter(installed.items()))
+    return dist, canonical_version(version) or _imported_version()
 
 
 def _imported_version() -> str:
