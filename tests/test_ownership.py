@@ -73,8 +73,6 @@ ALLOWED = {
 #: modules that may call json.load(s), and why
 JSON_ALLOWED = {
     "trtwarm/strictjson.py": "the one strict reader",
-    "trtwarm/builders/tensorrt/runtime.py": "TensorRT's own inspector output in this process (owned by the "
-                                            "builders' maintainer; to move to strictjson)",
 }
 
 

@@ -11,13 +11,13 @@ deserialize without it.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from trtwarm import strictjson
 from trtwarm.builders.tensorrt import plugins
 from trtwarm.errors import EntryInvalid
 
@@ -31,6 +31,7 @@ _PRECISION_WORDS = {"half": "FP16", "fp16": "FP16", "float": "FP32", "fp32": "FP
                     "fp8": "FP8", "int4": "INT4", "fp4": "FP4", "int32": "INT32", "int64": "INT64", "bool": "BOOL"}
 LAYER_LIMIT = 1000  # at most this many per-layer precisions in a manifest (it must stay well under its 1 MiB limit)
 NAME_LIMIT = 160  # fused layer names can run to kilobytes
+INFO_LIMIT = 256 << 20  # the inspector's JSON of an engine of thousands of layers: tens of MB
 
 
 def ready(trt: Any, logger: Any, libraries: tuple[Path, ...] = (), versioned: bool = False) -> list[Any]:
@@ -81,8 +82,8 @@ def summarize_layers(info: str) -> dict[str, Any]:
     unknown shapes give ``None`` precisions, never an error.
     """
     try:
-        layers = json.loads(info).get("Layers", [])
-    except (ValueError, AttributeError):
+        layers = strictjson.loads(info, limit=INFO_LIMIT).get("Layers", [])
+    except (strictjson.JSONRefused, AttributeError):
         return {"layers_by_precision": {}, "layer_precisions": {}}
     precisions: dict[str, str | None] = {}
     for index, layer in enumerate(layers):
