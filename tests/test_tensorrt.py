@@ -407,8 +407,8 @@ def test_ls_and_key_explain_show_what_the_engine_reported(model: Path, tmp_path:
     info = {"layers": 3, "profiles": 1, "device_memory_bytes": 1024, "hardware_compatibility_level": "NONE",
             "driver_version": "580.65.06", "layers_by_precision": {"FP16": 3}, "layer_precisions": {"a": "FP16"}}
     with store.staging(key) as staging:
-        (staging / "engine.plan").write_bytes(b"plan bytes")
-        digest, size = sha256_file(staging / "engine.plan")
+        (staging.path / "engine.plan").write_bytes(b"plan bytes")
+        digest, size = sha256_file(staging.path / "engine.plan")
         assert store.publish(staging, entry_name(doc, key, "m"), {
             "schema": 1, "key": key, "name": entry_name(doc, key, "m"), "key_document": doc,
             "engine_file": "engine.plan", "engine_sha256": digest, "engine_bytes": size, "created": 1.7e9,
