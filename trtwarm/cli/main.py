@@ -235,7 +235,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     if command in STOPPABLE:  # as early as possible: a Pod deleted while its init starts still gets the message
         from trtwarm.init.stopping import stop_on_signals
 
-        stop_on_signals()
+        stop_on_signals(command)
     try:
         ns = _parse(args, command, environ)
         logsetup.setup(getattr(ns, "log_format", "text"))

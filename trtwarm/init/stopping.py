@@ -11,7 +11,7 @@ from trtwarm.errors import Interrupted, Terminated
 log = logging.getLogger("trtwarm")
 
 
-def stop_on_signals() -> None:
+def stop_on_signals(command: str = "init") -> None:
     """Turn the first SIGTERM or SIGINT into :class:`Terminated` / :class:`Interrupted`, raised in the main thread:
     the code unwinding it stops a build's process group, removes the staging directory and releases the locks, and
     :func:`trtwarm.cli.main.main` writes the termination message and exits 143 / 130. A second signal during that
@@ -27,7 +27,7 @@ def stop_on_signals() -> None:
         name = signal.Signals(signum).name
         log.warning("%s received: stopping (a build in progress is stopped and its staging directory removed)",
                     name)
-        raise (Terminated if signum == signal.SIGTERM else Interrupted)(f"init stopped by {name}")
+        raise (Terminated if signum == signal.SIGTERM else Interrupted)(f"{command} stopped by {name}")
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, handler)
