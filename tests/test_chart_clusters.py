@@ -159,6 +159,21 @@ MODEL = {"persistentVolumeClaim": {"claimName": "models"}}
     ({"engines": {"image": {"mountPath": "/proc/1"}}}, "the image or the kubelet own"),
     ({"engines": {"image": {"mountPath": "/var/run/secrets"}}}, "the image or the kubelet own"),
     ({"engines": {"image": {"mountPath": "/etc/hosts"}}}, "the image or the kubelet own"),
+    # the trees an image owns: the init's venv, Triton's install, the CA certificates TLS to the store needs
+    ({"engines": {"image": {"mountPath": "/opt/trtwarm"}}}, "the image or the kubelet own"),
+    ({"engines": {"image": {"mountPath": "/opt/tritonserver"}}}, "the image or the kubelet own"),
+    ({"engines": {"image": {"mountPath": "/etc/ssl"}}}, "the image or the kubelet own"),
+    ({"engines": {"image": {"mountPath": "/home/triton-server"}}}, "the image or the kubelet own"),
+    ({"engines": {"image": {"mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}}},
+     "the image or the kubelet own"),
+    # the model in the init image (no model volume): a mount over its directory, or the file, hides it
+    ({"engines": {"image": {"mountPath": "/models/src"}}}, "overlaps engine.model.path"),
+    ({"engines": {"image": {"mountPath": "/models/src/model.onnx"}}}, "overlaps engine.model.path"),
+    # copy mode mounts a tools emptyDir at /trtwarm-tools beside the engines in the copying container
+    ({"engines": {"image": {"mountPath": "/trtwarm-tools", "mode": "copy"}}}, "overlaps copy mode's tools directory"),
+    ({"engines": {"image": {"mountPath": "/trtwarm-tools/e", "mode": "copy"}}}, "overlaps copy mode's tools"),
+    ({"engines": {"image": {"mountPath": "/x/../tmp"}}}, "overlaps trtwarm init's /tmp"),
+    ({"engines": {"image": {"mountPath": "//trtwarm//triton/"}}}, "overlaps handoff.mountPath"),
     ({"cache": {"mountPath": "/trtwarm"}}, "cache.mountPath=\"/trtwarm\" and handoff.mountPath=\"/trtwarm\" overlap"),
     ({"handoff": {"mountPath": "/models/cache/handoff"}}, "overlap"),
     ({"cache": {"mountPath": "/tmp"}}, "overlap"),
@@ -177,12 +192,17 @@ def test_a_mount_that_overlaps_another_or_a_path_the_image_or_kubelet_owns_is_re
 
 
 @pytest.mark.parametrize("path", ["/trtwarm-engines", "/engines", "/var/lib/engines", "/mnt/engines", "/models-seed",
-                                  "/trtwarm-seed/x"])
-def test_a_mount_of_its_own_renders_in_the_init_and_the_server(path: str) -> None:
-    spec = pod_spec(objects(render({"engines": {"image": {"reference": IMAGE, "mountPath": path}}})))
+                                  "/trtwarm-seed/x", "/trtwarm-tools"])
+@pytest.mark.parametrize("mode", ["volume", "copy"])
+def test_a_mount_of_its_own_renders_in_the_init_and_the_server(path: str, mode: str) -> None:
+    if mode == "copy" and path == "/trtwarm-tools":
+        return  # copy mode's own tools directory (refused above)
+    spec = pod_spec(objects(render({"engines": {"image": {"reference": IMAGE, "mountPath": path, "mode": mode}}})))
     for name in ("trtwarm-init", "inference"):
-        mounts = [m["mountPath"] for m in container(spec, name)["volumeMounts"]]
-        assert path in mounts and len(mounts) == len(set(mounts)), name
+        assert path in [m["mountPath"] for m in container(spec, name)["volumeMounts"]], name
+    for c in spec["initContainers"] + spec["containers"]:  # no container mounts two volumes at one path
+        mounts = [m["mountPath"].rstrip("/") for m in c.get("volumeMounts", [])]
+        assert len(mounts) == len(set(mounts)), (c["name"], mounts)
 
 
 # --- images: pull policy, mirrors, resources ----------------------------------------------------------------------
