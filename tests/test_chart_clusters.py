@@ -373,14 +373,79 @@ def test_two_products_and_a_mig_slice_are_three_daemonsets_that_never_share_a_po
     assert all(len(d["metadata"]["name"]) <= 63 for d in sets)
     pins = [d["spec"]["template"]["spec"]["nodeSelector"] for d in sets]
     assert pins[1]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"  # GFD's MIG `single` label
-    assert pins[3] == {"nvidia.com/gpu.present": "true",
-                       "nvidia.com/mig-2g.20gb.product": "NVIDIA-A100-SXM4-80GB-MIG-2g.20gb"}  # `mixed`, as given
+    assert pins[3] == {"nvidia.com/mig-2g.20gb.product": "NVIDIA-A100-SXM4-80GB-MIG-2g.20gb"}  # `mixed`, as given
     assert "--gpu-compute-capability=8.0" in container(sets[2]["spec"]["template"]["spec"],
                                                        "trtwarm-prewarm")["command"]
     for d in sets:  # no DaemonSet's selector matches another's Pods
         selector = d["spec"]["selector"]["matchLabels"]
         matches = [o for o in sets if selector.items() <= o["spec"]["template"]["metadata"]["labels"].items()]
         assert matches == [d]
+
+
+#: GPU Feature Discovery's labels of a node (k8s-device-plugin internal/lm: resource.go, mig-strategy.go): the NVML
+#: name with spaces as `-`; under MIG `single` the slice's `<GPU>-MIG-<profile>` overrides `gpu.product`; under `mixed`
+#: `gpu.product` stays the whole GPU's and each profile gets `mig-<profile>.product` (a `+` in a profile becomes `.`).
+#: `nvidia.com/gpu.present` is the GPU Operator's label: a cluster with the device plugin and GFD alone lacks it.
+NODES = {
+    "cpu": {"kubernetes.io/os": "linux"},
+    "h100-gfd-only": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8"},
+    "h100-operator": {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+    "h100-mig-single": {"nvidia.com/gpu.present": "true", "nvidia.com/mig.strategy": "single",
+                        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"},
+    "h100-mig-mixed": {"nvidia.com/mig.strategy": "mixed", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                       "nvidia.com/mig-1g.10gb.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb",
+                       "nvidia.com/mig-1g.10gb.me.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb.me"},
+    "a100": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"},
+}
+MIG = {"product": "NVIDIA H100 80GB HBM3 MIG 1g.10gb", "computeCapability": "9.0", "memoryGiB": 10}
+MIG_ME = {"product": "NVIDIA H100 80GB HBM3 MIG 1g.10gb+me", "computeCapability": "9.0", "memoryGiB": 10}
+A100 = {"product": "NVIDIA A100-SXM4-80GB", "computeCapability": "8.0", "memoryGiB": 80}
+
+
+@pytest.mark.parametrize(("strategy", "expected"), [
+    ("single", {"cpu": set(), "h100-gfd-only": {"h100"}, "h100-operator": {"h100"}, "h100-mig-single": {"mig"},
+                "h100-mig-mixed": {"h100"}, "a100": {"a100"}}),
+    # under mixed the whole GPU's label stays on a MIG node: its class lands there too (it pulls, never keys wrong)
+    ("mixed", {"cpu": set(), "h100-gfd-only": {"h100"}, "h100-operator": {"h100"}, "h100-mig-single": set(),
+               "h100-mig-mixed": {"h100", "mig", "mig-me"}, "a100": {"a100"}}),
+])
+def test_each_gpu_node_gets_the_prewarm_of_its_own_gpu_classes_under_either_mig_strategy(
+        strategy: str, expected: dict[str, set[str]]) -> None:
+    """Scheduled as the DaemonSet controller places them (every nodeSelector label on the node): GFD's labels alone
+    suffice, a node without a GPU gets none, a MIG node gets its slice's class under the strategy stated."""
+    values = copy.deepcopy(PREWARM)
+    values["prewarm"].update({"gpus": [H100, MIG, MIG_ME, A100], "migStrategy": strategy})
+    classes = {H100["product"]: "h100", MIG["product"]: "mig", MIG_ME["product"]: "mig-me", A100["product"]: "a100"}
+    objs = objects(render(values))
+    assert validate(objs, [29, 37]) == []
+    placed = {node: {classes[d["metadata"]["annotations"]["trtwarm.io/gpu-product"]] for d in _daemonsets(objs)
+                     if d["spec"]["template"]["spec"]["nodeSelector"].items() <= labels.items()}
+              for node, labels in NODES.items()}
+    assert placed == expected
+
+
+def test_a_gpu_class_whose_label_gfd_could_not_make_needs_its_own_node_selector() -> None:
+    values = copy.deepcopy(PREWARM)
+    values["prewarm"]["gpus"] = [{**H100, "product": "NVIDIA H100 (engineering sample)"}]
+    with pytest.raises(helm.HelmError, match=r"prewarm.gpus\[0\]: nvidia.com/gpu.product=.*give its nodeSelector"):
+        render(values)
+    values["prewarm"]["gpus"][0]["nodeSelector"] = {"node.kubernetes.io/instance-type": "p5.48xlarge"}
+    [ds] = _daemonsets(objects(render(values)))
+    assert ds["spec"]["template"]["spec"]["nodeSelector"] == {"node.kubernetes.io/instance-type": "p5.48xlarge"}
+
+
+def test_a_prewarm_without_a_model_volume_is_told_every_row_will_fail() -> None:
+    """The key holds the models' digests, and a pre-warm Pod mounts only engine.model.volume: without it every row
+    fails on every node (the model does not exist there); the install notes say so and what to set."""
+    def notes(values: dict[str, Any]) -> str:
+        return next(t for p, t in render(values).items() if p.endswith("NOTES.txt"))
+
+    values = copy.deepcopy(PREWARM)
+    assert "engine.model.volume is empty" in notes(values)
+    [ds] = _daemonsets(objects(render(values)))
+    assert "trtwarm-model" not in [v["name"] for v in ds["spec"]["template"]["spec"]["volumes"]]
+    values["engine"] = {"model": {"volume": {"persistentVolumeClaim": {"claimName": "models"}}}}
+    assert "engine.model.volume is empty" not in notes(values)
 
 
 def test_prewarm_pods_keep_the_workload_identity_token_for_the_container_that_pulls_only() -> None:
