@@ -318,6 +318,9 @@ def test_a_budget_that_would_block_every_drain_is_refused(replicas: int, min_ava
     {"nameOverride": "warm #1"}, {"nameOverride": "Warm"}, {"nameOverride": "warm-"}, {"nameOverride": "w" * 64},
     {"fullnameOverride": "engines #a"}, {"fullnameOverride": "9engines"}, {"fullnameOverride": "e.x"},
     {"fullnameOverride": "e" * 64},
+    # the created ServiceAccount (and the RoleBinding's subject) took the name cut at ` #`, the Pods asked for it whole
+    {"serviceAccount": {"create": True, "name": "engines #sa"}, "rbac": {"events": True}},
+    {"serviceAccount": {"name": "Engines"}}, {"serviceAccount": {"name": "e" * 254}},
 ])
 def test_a_name_value_the_api_server_would_refuse_is_refused_by_the_schema(values: dict[str, Any]) -> None:
     """Never cut at ` #` (a YAML comment) or by `trunc 63`: refused, naming the value."""
@@ -334,6 +337,11 @@ def test_valid_names_reach_the_objects_as_given() -> None:
     assert workload(objs)["metadata"]["name"] == "gpu-engines"
     assert {"name": "policy.v2"} in [v.get("configMap") for v in pod_spec(objs)["volumes"]]
     assert validate(objs, [29, 37]) == []
+    objs = objects(render({"serviceAccount": {"create": True, "name": "engines.sa-1"}, "rbac": {"events": True}}))
+    [account] = [o for o in objs if o["kind"] == "ServiceAccount"]
+    [binding] = [o for o in objs if o["kind"] == "RoleBinding"]
+    assert account["metadata"]["name"] == binding["subjects"][0]["name"] == pod_spec(objs)["serviceAccountName"] \
+        == "engines.sa-1"
 
 
 # --- the pre-warm DaemonSets on day two -----------------------------------------------------------------------------
