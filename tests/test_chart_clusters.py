@@ -178,6 +178,15 @@ MODEL = {"persistentVolumeClaim": {"claimName": "models"}}
     ({"handoff": {"mountPath": "/models/cache/handoff"}}, "overlap"),
     ({"cache": {"mountPath": "/tmp"}}, "overlap"),
     ({"engine": {"model": {"mountPath": "/models", "volume": MODEL}}}, "engine.model.mountPath=\"/models\" overlap"),
+    # the other mounts against the chart's own and the paths the kubelet or the image own
+    ({"cache": {"mountPath": "/etc/trtwarm"}, "trust": {"mode": "warn", "existingConfigMap": "p"}},
+     "cache.mountPath=\"/etc/trtwarm\" and the chart's trust and registry-credential mounts"),
+    ({"engine": {"model": {"mountPath": "/etc/trtwarm/models", "volume": MODEL}}}, "engine.model.mountPath"),
+    ({"cache": {"mountPath": "/var/lib/trtwarm-stamps"}, "engine": {
+        "verify": "stamp", "stamps": {"hostPath": "/var/lib/trtwarm/stamps"}}}, "overlap"),
+    ({"handoff": {"mountPath": "/etc"}}, "handoff.mountPath=\"/etc\" is a path the image or the kubelet own"),
+    ({"handoff": {"mountPath": "/var/run/secrets"}, "rbac": {"events": True}}, "the image or the kubelet own"),
+    ({"cache": {"mountPath": "/usr/local/cache"}}, "cache.mountPath=\"/usr/local/cache\" is a path the image"),
 ])
 def test_a_mount_that_overlaps_another_or_a_path_the_image_or_kubelet_owns_is_refused(values: dict[str, Any],
                                                                                       message: str) -> None:

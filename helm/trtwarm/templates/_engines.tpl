@@ -37,15 +37,9 @@ mount over its directory would hide */}}
 {{- fail (printf "engines.image.mountPath=%q overlaps %s (%s): the engine image needs a directory of its own, e.g. /trtwarm-engines" $v.engines.image.mountPath $what $o) }}
 {{- end }}
 {{- end }}
-{{- $owned := list "/" "/bin" "/sbin" "/usr" "/lib" "/lib32" "/lib64" "/etc" "/opt" "/home" "/root" "/boot" "/var" "/var/lib" "/var/run" "/run" "/dev" "/proc" "/sys" "/var/run/secrets" "/etc/hosts" "/etc/hostname" "/etc/resolv.conf" "/dev/termination-log" }}
-{{- /* and everything under the trees the images own: the init's own venv is /opt/trtwarm, Triton's /opt/tritonserver,
+{{- /* and nothing under the trees the images own either: the init's venv is /opt/trtwarm, Triton's /opt/tritonserver,
 the CA certificates the store's TLS needs /etc/ssl */}}
-{{- $under := list "/dev" "/proc" "/sys" "/run" "/var/run" "/usr" "/bin" "/sbin" "/lib" "/lib32" "/lib64" "/etc" "/opt" "/home" "/root" "/boot" }}
-{{- $bad := has $p $owned }}
-{{- range $under }}{{ if hasPrefix (printf "%s/" .) $p }}{{ $bad = true }}{{ end }}{{ end }}
-{{- if $bad }}
-{{- fail (printf "engines.image.mountPath=%q is a path the image or the kubelet own (or lies under one): a read-only mount there hides what the containers need; use a directory of its own such as /trtwarm-engines" $v.engines.image.mountPath) }}
-{{- end }}
+{{- include "trtwarm.checkOwnedPath" (dict "what" "engines.image.mountPath" "path" $v.engines.image.mountPath "images" true "hint" "/trtwarm-engines") }}
 {{- end }}
 
 {{/* The engine image's reference (through `global.imageRegistry`) and pull policy: a tag moves with every push, so
