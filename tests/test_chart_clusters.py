@@ -376,6 +376,17 @@ def test_prewarm_daemonsets_roll_every_node_at_once_and_take_priority_affinity_a
     assert ds["spec"]["updateStrategy"] == {"type": "OnDelete"}
 
 
+@pytest.mark.parametrize("strategy", [{"typ": "OnDelete"}, {"type": "Rolling"},
+                                      {"rollingUpdate": {"maxunavailable": 1}}, {"rollingUpdate": {"maxUnavailable": "x"}}])
+def test_a_misspelt_prewarm_update_strategy_is_refused_not_dropped(strategy: dict[str, Any]) -> None:
+    """A field the API server does not know is dropped with a warning at most: the DaemonSets would keep rolling one
+    node at a time behind a value that reads as set."""
+    values = copy.deepcopy(PREWARM)
+    values["prewarm"]["updateStrategy"] = strategy
+    with pytest.raises(helm.HelmError, match="updateStrategy"):
+        render(values)
+
+
 def test_two_products_and_a_mig_slice_are_three_daemonsets_that_never_share_a_pod() -> None:
     values = copy.deepcopy(PREWARM)
     values["prewarm"]["gpus"] = [
