@@ -24,6 +24,14 @@ from pathlib import Path
 from s3server import stop_group
 
 
+def anonymous_env(home: Path) -> dict[str, str]:
+    """An environment whose registry auth files all lie in *home* (created, empty): anonymous unless a test writes
+    one, whatever the user running the tests has in theirs."""
+    home.mkdir(parents=True, exist_ok=True)
+    return {"HOME": str(home), "XDG_RUNTIME_DIR": str(home), "DOCKER_CONFIG": str(home / ".docker"),
+            "REGISTRY_AUTH_FILE": ""}
+
+
 def registry_binary() -> str | None:
     """``docker-registry`` on PATH (apt-get install docker-registry)."""
     return shutil.which("docker-registry")
@@ -37,6 +45,7 @@ class Registry:
     user: tuple[str, str] | None = None  # (name, password): htpasswd auth
     token: TokenServer | None = None  # bearer-token auth through this token service
     accesslog: bool = False  # log every request (path included) to registry.log
+    tls: tuple[Path, Path] | None = None  # (certificate, key): serve HTTPS with them
     proc: subprocess.Popen[bytes] | None = None
     addr: str = ""
     log: Path = field(init=False)
@@ -63,7 +72,7 @@ class Registry:
             f"version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: {str(not self.accesslog).lower()}\n"
             f"storage:\n  filesystem:\n    rootdirectory: {self.data}\n  delete:\n    enabled: true\n"
             "  maintenance:\n    uploadpurging:\n      enabled: false\n"
-            f"http:\n  addr: 127.0.0.1:0\n  secret: {secrets.token_hex(16)}\n{auth}")
+            f"http:\n  addr: 127.0.0.1:0\n  secret: {secrets.token_hex(16)}\n{self._tls()}{auth}")
         env = {k: v for k, v in os.environ.items() if not k.startswith("REGISTRY_")}
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen([str(registry_binary()), "serve", str(self.workdir / "config.yml")],
@@ -74,17 +83,23 @@ class Registry:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"docker-registry exited: {self.log.read_text()[-2000:]}")
             found = re.search(r"listening on (127\.0\.0\.1:\d+)", self.log.read_text())
-            if found and self._answers(found[1]):
+            if found and self._answers(found[1], "https" if self.tls else "http"):
                 self.addr = found[1]
                 return self
             time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"docker-registry did not answer: {self.log.read_text()[-2000:]}")
 
+    def _tls(self) -> str:
+        return f"  tls:\n    certificate: {self.tls[0]}\n    key: {self.tls[1]}\n" if self.tls else ""
+
     @staticmethod
-    def _answers(addr: str) -> bool:
+    def _answers(addr: str, scheme: str) -> bool:
+        import ssl
+
+        probe = ssl._create_unverified_context() if scheme == "https" else None  # a probe: is it up at all
         try:
-            with urllib.request.urlopen(f"http://{addr}/v2/", timeout=2):
+            with urllib.request.urlopen(f"{scheme}://{addr}/v2/", timeout=2, context=probe):
                 return True
         except urllib.error.HTTPError as exc:
             return exc.code == 401

@@ -383,9 +383,9 @@ def test_init_pull_image_pulls_what_the_host_pushed_as_the_charts_pull_only_mode
 
 def test_init_pull_image_has_no_onnxruntime_tensorrt_or_cuda(images: Images, init_pull: str) -> None:
     code = ("import importlib.util as u; "
-            "print([n for n in ('onnxruntime', 'tensorrt', 'tensorrt_libs', 'obstore', 'onnx', 'pynvml') "
+            "print([n for n in ('onnxruntime', 'tensorrt', 'tensorrt_libs', 'obstore', 'onnx', 'pynvml', 'urllib3') "
             "if u.find_spec(n)])")
-    assert in_image(images, init_pull, code) == "['obstore', 'onnx', 'pynvml']"
+    assert in_image(images, init_pull, code) == "['obstore', 'onnx', 'pynvml', 'urllib3']"  # urllib3: oci://
     libs = images.podman.run("run", "--rm", "--network", "none", "--entrypoint", "sh", init_pull, "-c",
                              "find / -xdev \\( -name 'libcuda*' -o -name 'libcudart*' -o -name 'libnvinfer*' "
                              "-o -name 'libonnxruntime*' \\) 2>/dev/null | head")

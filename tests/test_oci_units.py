@@ -128,3 +128,37 @@ def test_an_unusable_auth_file_fails_closed(tmp_path: Path, content: str, says: 
         load_credentials("r.io", "x", {"REGISTRY_AUTH_FILE": str(tmp_path / "auth.json")})
     with pytest.raises(ConfigError, match="does not exist"):
         load_credentials("r.io", "x", {"REGISTRY_AUTH_FILE": str(tmp_path / "absent.json")})
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(JSON.map(lambda d: json.dumps(d).encode()), st.binary(max_size=200),
+                 st.fixed_dictionaries({"Username": JSON, "Secret": JSON}).map(lambda d: json.dumps(d).encode())))
+def test_a_credential_helper_answer_parses_or_raises_value_error_never_quoting_it(data: bytes) -> None:
+    from trtwarm.remote.oci.credhelper import parse_answer
+
+    try:
+        found = parse_answer(data, "helper")
+    except ValueError as exc:
+        assert "Secret" not in str(exc).replace("Username and Secret", "")
+        return
+    assert found is None or found.password or found.identity_token
+
+
+def test_which_helper_a_registry_gets_and_what_it_is_asked() -> None:
+    from trtwarm.remote.oci.credhelper import helper_for, parse_answer, server_url
+
+    doc = {"credsStore": "desktop", "credHelpers": {"https://123.dkr.ecr.us-east-1.amazonaws.com": "ecr-login",
+                                                    "index.docker.io": "hub", "": "x"}}
+    assert helper_for(doc, "123.dkr.ecr.us-east-1.amazonaws.com", "f") == "ecr-login"  # credHelpers first
+    assert helper_for(doc, "docker.io", "f") == "hub"  # Docker Hub's aliases are one registry
+    assert helper_for(doc, "ghcr.io", "f") == "desktop"  # else credsStore
+    assert helper_for({"auths": {}}, "ghcr.io", "f") is None and helper_for({"credsStore": ""}, "r.io", "f") is None
+    for bad in ("../../bin/sh", "a b", 7, ["x"]):
+        with pytest.raises(ConfigError, match="not a helper name"):
+            helper_for({"credsStore": bad}, "r.io", "f")
+    assert server_url("docker.io") == "https://index.docker.io/v1/" and server_url("r.io:5000") == "r.io:5000"
+    token = parse_answer(b'{"ServerURL": "", "Username": "<token>", "Secret": "refresh-1234"}', "h")
+    assert token is not None and token.identity_token == "refresh-1234" and not token.username
+    assert parse_answer(b'{"Username": "u", "Secret": ""}', "h") is None
+    with pytest.raises(ValueError, match="twice"):
+        parse_answer(b'{"Username": "u", "Secret": "a", "Secret": "b"}', "h")

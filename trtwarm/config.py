@@ -143,7 +143,7 @@ class Settings:
     remote: str | None = None  # s3://bucket/prefix of the central engine repository (trtwarm.remote)
     remote_push: str = "best-effort"
     seed_caches: tuple[Path, ...] = ()  # --seed-cache: read-only lower tiers, e.g. an engine image (trtwarm.init.seed)
-    insecure_registry: bool = False  # --insecure-registry: plain HTTP to an oci:// registry (trtwarm.remote.oci)
+    insecure_registry: bool = False  # --plain-http: plain HTTP to an oci:// registry (trtwarm.remote.oci)
     tensorrt_version: str | None = None  # declared TensorRT version (pull-only consumers without TensorRT)
     termination_log: Path = Path("/dev/termination-log")
     trust_policy: Path | None = None  # --trust-policy: which keys are trusted for which entries (trtwarm.trust)

@@ -119,9 +119,11 @@ def remote_environ(ns: argparse.Namespace, environ: Mapping[str, str]) -> dict[s
 
 
 def add_insecure_flag(p: argparse.ArgumentParser) -> None:
-    """``--insecure-registry`` (``init``, ``prebuild``, ``remote``)."""
-    p.add_argument("--insecure-registry", action="store_true", help="speak plain HTTP to an oci:// registry (a "
-                   "loopback registry always is; also TRTWARM_OCI_ALLOW_HTTP=true)")
+    """``--plain-http`` (ORAS's name), alias ``--insecure-registry`` (``init``, ``prebuild``, ``remote``)."""
+    p.add_argument("--plain-http", "--insecure-registry", dest="insecure_registry", action="store_true",
+                   help="speak plain HTTP, not HTTPS, to an oci:// registry (ORAS's name; --insecure-registry, "
+                   "TRTWARM_INSECURE_REGISTRY and TRTWARM_OCI_ALLOW_HTTP are aliases; a loopback registry always "
+                   "is; a private CA is SSL_CERT_FILE, docs/oci.md)")
 
 
 def add_trust_flags(p: argparse.ArgumentParser) -> None:

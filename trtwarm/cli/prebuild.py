@@ -47,9 +47,14 @@ def _one(label: str, settings: Settings, sync: RemoteSync | None, keep: list[tup
     local = plan.store.lookup(plan.key, plan.name)
     if local is not None:
         sync.push(local)
-        return f"pushed from the local cache ({sync.stats['push']})"
+        return f"pushed from the local cache ({sync.stats['push']}){_digest(sync.stats)}"
     report = warm(settings)
-    return f"{report.result}, {report.remote.get('push', 'not pushed')}"
+    return f"{report.result}, {report.remote.get('push', 'not pushed')}{_digest(report.remote)}"
+
+
+def _digest(stats: Mapping[str, Any]) -> str:
+    """`` manifest sha256:...`` after a push to an OCI registry (what a push wrote or adopted), else nothing."""
+    return f" manifest {stats['manifest_digest']}" if stats.get("manifest_digest") else ""
 
 
 def run(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
@@ -117,8 +122,11 @@ def _run_rows(rows: list[tuple[str, list[str]]], ns: argparse.Namespace, environ
         if ns.oci_image:
             log.error("the engine image %s was not pushed: a row failed", ns.oci_image)
         return codes[0]
-    if keep is not None:
-        print(f"engine image {ns.oci_image}@{_push_image(ns, environ, cache, keep)}")
+    if keep is not None:  # the reference a Pod spec's image volume takes: no oci:// scheme, pinned by digest
+        from trtwarm.remote.oci.url import split_reference
+
+        registry, repository, _tag = split_reference(ns.oci_image, tag=True)
+        print(f"engine image {registry}/{repository}@{_push_image(ns, environ, cache, keep)}")
     return 0
 
 

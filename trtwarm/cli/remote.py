@@ -106,13 +106,18 @@ def cmd_ls(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """``trtwarm remote ls``."""
     from trtwarm.lifecycle.tables import render
 
-    refs = _repo(ns, environ).read_refs()
+    repo = _repo(ns, environ)
+    refs = repo.read_refs()
+    pins = {k: repo.pinned(k) for k, r, _p in refs if r is not None}
+    digests = any(pins.values())  # an OCI registry: each ref is a manifest with a digest
     if ns.json:
-        _out([{"key": k, "ref": r, "problem": p or None} for k, r, p in refs])
+        _out([{"key": k, "ref": r, "problem": p or None, **_pin_fields(pins.get(k))} for k, r, p in refs])
     else:
-        rows = [_row(k, r) if r else ["(unreadable)", k[:16], "-", "", "", "", "", "", ""] for k, r, p in refs]
-        print(render(["NAME", "KEY", "BUILDER", "DEVICE", "PRECISION", "SIZE", "CREATED", "BUILT BY", "SIGNED"],
-                     sorted(rows), right=("SIZE",)))
+        rows = [_row(k, r) + ([_short(pins.get(k))] if digests else []) if r
+                else ["(unreadable)", k[:16], "-", "", "", "", "", "", ""] + ([""] if digests else [])
+                for k, r, p in refs]
+        print(render(["NAME", "KEY", "BUILDER", "DEVICE", "PRECISION", "SIZE", "CREATED", "BUILT BY", "SIGNED"]
+                     + (["DIGEST"] if digests else []), sorted(rows), right=("SIZE",)))
         for key, _ref, problem in (r for r in refs if r[1] is None):  # below the table: a long reason must not widen
             print(f"unreadable ref {key[:16]}: {problem}")
         print(f"\n{len(refs)} refs in {ns.remote}")
@@ -122,6 +127,16 @@ def cmd_ls(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
                              + (", ..." if len(bad) > 3 else ""), hint="`trtwarm remote rm KEY` removes one; a "
                              "prebuild or a builder's push writes it again")
     return 0
+
+
+def _pin_fields(pinned: str | None) -> dict[str, str]:
+    """``digest`` and ``reference`` (``registry/repository@sha256:...``) of a ref in a registry; nothing for S3."""
+    return {"digest": pinned.rsplit("@", 1)[1], "reference": pinned} if pinned else {}
+
+
+def _short(pinned: str | None) -> str:
+    """``sha256:`` and 12 hex digits: ``remote show`` and ``--json`` give the whole digest."""
+    return pinned.rsplit("@", 1)[1][:19] if pinned else "-"
 
 
 def _select(repo: Repository, selectors: list[str]) -> list[str]:
@@ -153,9 +168,13 @@ def _names(repo: Repository) -> dict[str, list[str]]:
 
 
 def cmd_show(ns: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    """``trtwarm remote show KEY``: the ref (manifest and signature) as JSON."""
+    """``trtwarm remote show KEY``: the ref (manifest and signature) as JSON; in a registry also its manifest's
+    ``digest`` and the pinned ``reference``."""
     repo = _repo(ns, environ)
-    docs = [repo.get_ref(k) for k in _select(repo, ns.keys)]
+    docs = []
+    for key in _select(repo, ns.keys):
+        ref = repo.get_ref(key)
+        docs.append(None if ref is None else {**ref, **_pin_fields(repo.pinned(key))})
     _out(docs[0] if len(docs) == 1 else docs)
     return 0
 

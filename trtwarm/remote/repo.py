@@ -128,6 +128,11 @@ class Repository:
             raise RemoteError(f"{self.url}/{ref_path(key)} is not JSON") from None
         return check_ref(doc, key)
 
+    def pinned(self, key: str) -> str | None:
+        """Where *key*'s ref, as last read or written here, can be fetched by content: an OCI registry's
+        ``registry/repository@sha256:<manifest digest>``; None for a bucket (a ref object has no digest name)."""
+        return None
+
     def has_blob(self, sha256: str, size: int) -> bool:
         """Whether the blob exists with *size* bytes (a different size is a damaged blob: upload again)."""
         found = self.stat_blob(sha256)

@@ -135,8 +135,9 @@ class RemoteSync:
         self.stats.update(pulled_bytes=stats.bytes, pull_seconds=round(stats.seconds, 3),
                           pull_hash_seconds=round(stats.hash_seconds, 3),
                           pull_tail_seconds=round(stats.tail_seconds, 3))
-        log.info("pulled %s from %s: %d files, %.1f MiB in %.2f s", name, self.repo.url, stats.files,
-                 stats.bytes / 2**20, stats.seconds)
+        pinned = self._pinned(key)
+        log.info("pulled %s from %s: %d files, %.1f MiB in %.2f s%s", name, self.repo.url, stats.files,
+                 stats.bytes / 2**20, stats.seconds, f" ({pinned})" if pinned else "")
         if not won:  # another entry took the name: not what was verified here, so the caller checks it in full
             return None
         entry = self.store.find(key, name)
@@ -183,14 +184,23 @@ class RemoteSync:
             return
         self.stats.update(pushed_bytes=result.bytes, push_seconds=round(result.seconds, 3),
                           push="pushed" if result.won else "lost")
+        pinned = self._pinned(str(entry.manifest["key"]))
         if result.won:
-            log.info("pushed %s to %s: %d blobs uploaded (%.1f MiB), %d already there%s, ref written in %.2f s",
+            log.info("pushed %s to %s: %d blobs uploaded (%.1f MiB), %d already there%s, ref written in %.2f s%s",
                      entry.manifest.get("name", entry.name), self.repo.url, result.uploaded, result.bytes / 2**20,
                      len(result.skipped), "".join(f", {n} {what}" for n, what in ((result.refreshed, "refreshed"),
                                                                                  (result.healed, "healed")) if n),
-                     result.seconds)
+                     result.seconds, f" ({pinned})" if pinned else "")
             return
         self._lost(entry, result.ref, result.uploaded)
+
+    def _pinned(self, key: str) -> str | None:
+        """The ref's pinned reference (an OCI registry's ``registry/repository@sha256:...``), also recorded in the
+        hand-off's ``remote.manifest_digest``; None for a bucket."""
+        pinned = self.repo.pinned(key)
+        if pinned:
+            self.stats["manifest_digest"] = pinned.rsplit("@", 1)[1]
+        return pinned
 
     def _adoptable(self, name: str, winner: dict[str, Any]) -> bool:
         """Whether the ref that won the push race may be published here instead of this build: not one this init

@@ -6,8 +6,9 @@ Where credentials come from (the first file that exists; Podman's order, which i
 ``$DOCKER_CONFIG/config.json`` or ``$HOME/.docker/config.json``. In it, ``auths`` maps a registry (or a
 ``registry/namespace`` path, the longest match wins, as in Podman) to ``auth`` (base64 ``user:password``),
 ``username``/``password``, or an ``identitytoken`` (an OAuth2 refresh token). No entry: anonymous. A file that exists
-but cannot be read or parsed fails closed (exit 2), never silently anonymous. Credential helpers (``credsStore``,
-``credHelpers``) are not run: a registry served only by one is reported as such.
+but cannot be read or parsed fails closed (exit 2), never silently anonymous. A Docker credential helper the file
+names for the registry (``credHelpers``, else ``credsStore``) is asked first (:mod:`trtwarm.remote.oci.credhelper`);
+when it has nothing for the registry, the file's own entry is used.
 
 A 401 names its scheme in ``WWW-Authenticate``: ``Basic`` is answered with the user and password; ``Bearer
 realm=...,service=...,scope=...`` with a token fetched from the realm (GET with Basic credentials or anonymously;
@@ -100,23 +101,15 @@ def parse_auth_file(data: bytes, source: str) -> dict[str, Credentials]:
     return out
 
 
-def helpers_named(data: bytes, registry: str) -> str | None:
-    """The credential helper an auth file names for *registry* (``credHelpers``, else ``credsStore``), if any."""
-    try:
-        doc = json.loads(data)
-    except ValueError:
-        return None
-    if not isinstance(doc, dict):
-        return None
-    helpers = doc.get("credHelpers") if isinstance(doc.get("credHelpers"), dict) else {}
-    return helpers.get(registry) or (doc.get("credsStore") if isinstance(doc.get("credsStore"), str) else None)
-
-
 def load_credentials(registry: str, repository: str, environ: Mapping[str, str]) -> Credentials | None:
     """The credentials for ``registry/repository`` from the first auth file that exists, or None (anonymous).
 
-    :raises ConfigError: that file cannot be read or parsed (fails closed), or ``REGISTRY_AUTH_FILE`` is missing
+    :raises ConfigError: that file cannot be read or parsed (fails closed), ``REGISTRY_AUTH_FILE`` is missing, or
+        its credential helper is not installed; :raises RemoteAuthError: the helper failed (hung, exit, garbage)
     """
+    from trtwarm.remote.oci import credhelper
+    from trtwarm.remote.oci.credhelper import helper_named
+
     for path in auth_file_candidates(environ):
         try:
             with open(path, "rb") as handle:
@@ -134,21 +127,14 @@ def load_credentials(registry: str, repository: str, environ: Mapping[str, str])
             if len(data) > AUTH_FILE_LIMIT:
                 raise ValueError(f"larger than {AUTH_FILE_LIMIT} bytes")
             table = parse_auth_file(data, str(path))
+            helper = helper_named(data, registry, str(path))
         except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise ConfigError(f"the registry auth file {path} is malformed: {str(exc)[:200]}",
                               hint="it must be a Docker/Podman auth file: {\"auths\": {\"REGISTRY\": {\"auth\": "
                               "\"<base64 user:password>\"}}} (`podman login --authfile FILE` writes one)") from None
-        return match(table, registry, repository) or _helper_only(data, registry, path)
+        from_helper = credhelper.get(helper, registry, environ, str(path)) if helper else None
+        return from_helper or match(table, registry, repository)
     return None
-
-
-def _helper_only(data: bytes, registry: str, path: Path) -> None:
-    helper = helpers_named(data, registry)
-    if helper:
-        raise ConfigError(f"the registry auth file {path} leaves {registry} to the credential helper "
-                          f"docker-credential-{helper}, which trtwarm does not run",
-                          hint="write the credentials into an auth file (`podman login --authfile FILE`) and set "
-                          "REGISTRY_AUTH_FILE=FILE, or mount the image pull secret's .dockerconfigjson")
 
 
 def match(table: Mapping[str, Credentials], registry: str, repository: str) -> Credentials | None:

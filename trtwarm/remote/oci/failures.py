@@ -16,6 +16,11 @@ AUTH_HINT = ("check the registry credentials: the auth file (REGISTRY_AUTH_FILE,
              "repository")
 
 
+CA_HINT = ("a registry whose certificate a private CA signed: set SSL_CERT_FILE to a PEM bundle of the CAs to trust, "
+           "the system's and yours (cat /etc/ssl/certs/ca-certificates.crt ca.crt > bundle.pem; docs/oci.md, "
+           "\"A private CA\"); else the certificate does not name this host or has expired")
+
+
 def registry_error(body: bytes) -> str:
     """``CODE: message`` of a distribution-spec error body (the first error), or a short excerpt."""
     try:
@@ -31,10 +36,13 @@ def unreachable(remote: OciURL, exc: Exception, method: str, url: str) -> Remote
 
     reason = getattr(exc, "reason", None) or exc
     where = f"{method} {url}"
+    if isinstance(reason, urllib3.exceptions.SSLError) and "CERTIFICATE_VERIFY_FAILED" in str(reason):
+        return RemoteUnreachable(f"{where}: the TLS certificate of {remote.registry} is not trusted here "
+                                 f"({str(reason)[-160:]})", hint=CA_HINT)
     if isinstance(reason, urllib3.exceptions.SSLError):
         return RemoteUnreachable(f"{where}: {remote.registry} did not answer in TLS ({str(reason)[:120]})",
-                                 hint="a plain-http registry needs --insecure-registry (or "
-                                 "TRTWARM_OCI_ALLOW_HTTP=true); else check its certificate")
+                                 hint="a plain-http registry needs --plain-http (or TRTWARM_PLAIN_HTTP=true); else "
+                                 "check its certificate")
     if isinstance(exc, urllib3.exceptions.MaxRetryError) and isinstance(reason, urllib3.exceptions.ResponseError):
         return RemoteError(f"{where}: the registry kept failing after {remote.retries} retries ({reason})")
     text = str(reason).split(": ", 1)[-1][:200]
@@ -55,4 +63,4 @@ def failure(remote: OciURL, credentials: Credentials | None, response: Any, op: 
     return RemoteError(f"{where}: status {response.status} ({detail})")
 
 
-__all__ = ["AUTH_HINT", "failure", "registry_error", "unreachable"]
+__all__ = ["AUTH_HINT", "CA_HINT", "failure", "registry_error", "unreachable"]

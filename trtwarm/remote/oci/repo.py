@@ -91,6 +91,12 @@ class OciRepository(Repository):
         self._digests[key] = digest
         return ref
 
+    def pinned(self, key: str) -> str | None:
+        """``registry/repository@sha256:<digest>`` of the manifest *key*'s ref was last read from (checked against its
+        bytes), or None when it was not read here. No ``oci://``: the reference other registry tools take."""
+        digest = self._digests.get(key)
+        return None if digest is None else f"{self.client.remote.registry}/{self.client.remote.repository}@{digest}"
+
     def stat_blob(self, sha256: str) -> tuple[int, float | None] | None:
         """``(size, None)`` of the blob in this repository, or None: the distribution API gives no age, so a push
         never refreshes a blob here (a registry's garbage collection is its own, offline job)."""
@@ -119,12 +125,13 @@ class OciRepository(Repository):
         config = canonical(ref)
         body = entry_manifest(ref, config, manifest_files(ref["manifest"]))
         ours = "sha256:" + hashlib.sha256(body).hexdigest()
-        before = self.get_ref(key)
+        before, answered = self.get_ref(key), None
         if before is None:
             config_digest = "sha256:" + hashlib.sha256(config).hexdigest()
             if self.client.blob_size(config_digest) != len(config):
                 self.client.upload(config_digest, config, len(config))
             response = self.client.put_manifest(key, body, MANIFEST)
+            answered = response.status
             if response.status not in (200, 201):
                 if not _immutable(response):
                     raise self.client.fail(response, "PUT", f"manifest {key[:16]}")
@@ -133,14 +140,26 @@ class OciRepository(Repository):
         time.sleep(SETTLE)
         winner = self.get_ref(key)
         if winner is None:
-            raise RemoteError(f"{self.url}:{key[:16]} vanished right after it was written",
-                              hint="a concurrent `trtwarm remote rm`/gc removed it; push again")
+            raise self._vanished(key, answered)
         if self._digests[key] == ours:
             return True, winner
         if before is None and winner["manifest"] != ref["manifest"]:
             log.warning("another pusher's manifest for %s replaced or preceded ours in %s (a registry has no "
                         "create-only tags); adopting it", key[:16], self.url)
         return False, winner
+
+    def _vanished(self, key: str, answered: int | None) -> RemoteError:
+        """The error of a tag absent on its read-back: one this push PUT (the registry *answered* its status) was
+        most likely never stored; one that was there before this push's look was removed since."""
+        if answered is not None:
+            return RemoteError(f"{self.url}:{key[:16]}: the registry answered the manifest PUT with {answered} but "
+                               "does not have it when read back", hint="the registry, or a proxy before it, "
+                               "accepts pushes without keeping them: most likely a pull-through cache or a "
+                               "read-only mirror. Push to the primary registry: check the host in --remote and any "
+                               "mirror or proxy in between")
+        return RemoteError(f"{self.url}:{key[:16]} was there when this push looked and is gone now",
+                           hint="a `trtwarm remote rm`/gc (or the registry's retention) removed it meanwhile; push "
+                           "again")
 
     def delete_ref(self, key: str) -> None:
         """Delete the manifest tagged *key* (by digest; its blobs go with the registry's garbage collection)."""

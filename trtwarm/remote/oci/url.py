@@ -1,9 +1,10 @@
 """``--remote oci://REGISTRY[:PORT]/REPOSITORY`` and the registry settings that go with it, read once.
 
 Plain HTTP is used only for a loopback registry (``localhost``, ``127.0.0.0/8``, ``::1``) or when asked
-(``--insecure-registry``, ``TRTWARM_INSECURE_REGISTRY=true`` or ``TRTWARM_OCI_ALLOW_HTTP=true``); everything else
-speaks HTTPS. Credentials come from the Docker/Podman auth file (:mod:`trtwarm.remote.oci.auth`) and are kept out of
-:meth:`OciURL.describe` and ``repr``. The transfer settings (timeouts, retries, range size, concurrency) are the
+(``--plain-http``, alias ``--insecure-registry``; ``TRTWARM_PLAIN_HTTP``, ``TRTWARM_INSECURE_REGISTRY`` or
+``TRTWARM_OCI_ALLOW_HTTP`` true); everything else speaks HTTPS, verified against the system's CAs (or
+``SSL_CERT_FILE``/``SSL_CERT_DIR``, which OpenSSL reads, for a private CA). Credentials come from the Docker/Podman
+auth file (:mod:`trtwarm.remote.oci.auth`) and are kept out of :meth:`OciURL.describe` and ``repr``. The transfer settings (timeouts, retries, range size, concurrency) are the
 ``TRTWARM_REMOTE_*`` variables the S3 backend reads.
 """
 
@@ -94,7 +95,7 @@ def parse(url: str, environ: Mapping[str, str], *, insecure: bool = False) -> Oc
         raise ConfigError(f"--remote {url!r}: {exc}", hint="use oci://REGISTRY/REPOSITORY, e.g. "
                           "oci://registry.example.com/engines/prod (no tag: entries are tagged by their key)") from None
     allow = insecure
-    for name in ("TRTWARM_OCI_ALLOW_HTTP", "TRTWARM_INSECURE_REGISTRY"):
+    for name in ("TRTWARM_PLAIN_HTTP", "TRTWARM_OCI_ALLOW_HTTP", "TRTWARM_INSECURE_REGISTRY"):
         value = environ.get(name, "").strip().lower()
         if value not in TRUE_VALUES | FALSE_VALUES:
             raise ConfigError(f"{name}={value!r} is not a boolean", hint="use true or false")
