@@ -452,6 +452,17 @@ def test_each_gpu_node_gets_the_prewarm_of_its_own_gpu_classes_under_either_mig_
     assert placed == expected
 
 
+@pytest.mark.parametrize(("given", "flag"), [(9, "9.0"), (9.0, "9.0"), ("9.0", "9.0"), (8.9, "8.9"), ("8.9", "8.9"),
+                                             (12.1, "12.1"), (10, "10.0")])
+def test_a_compute_capability_reaches_the_prewarm_as_major_dot_minor(given: Any, flag: str) -> None:
+    """`trtwarm prewarm` takes MAJOR.MINOR only (a bare `9` exits 2 on every node): a whole number, from a values file
+    (a float to Helm) or `--set ...computeCapability=9` (an int), is printed with its `.0`."""
+    values = copy.deepcopy(PREWARM)
+    values["prewarm"]["gpus"] = [{**H100, "computeCapability": given}]
+    [ds] = _daemonsets(objects(render(values)))
+    assert f"--gpu-compute-capability={flag}" in container(ds["spec"]["template"]["spec"], "trtwarm-prewarm")["command"]
+
+
 def test_a_gpu_class_whose_label_gfd_could_not_make_needs_its_own_node_selector() -> None:
     values = copy.deepcopy(PREWARM)
     values["prewarm"]["gpus"] = [{**H100, "product": "NVIDIA H100 (engineering sample)"}]

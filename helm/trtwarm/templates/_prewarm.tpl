@@ -12,7 +12,9 @@ readable part of the product and a hash of it, stable across upgrades). */}}
 {{- $product := toString $g.product | trim }}
 {{- if hasKey $seen $product }}{{ fail (printf "prewarm.gpus lists %q twice" $product) }}{{ end }}
 {{- $_ := set $seen $product true }}
-{{- $cc := ternary (printf "%.1f" (float64 $g.computeCapability)) (toString $g.computeCapability) (kindIs "float64" $g.computeCapability) }}
+{{- /* a number prints as written (`8.9`, `9` for 9.0), an int from `--set` as `9` too: MAJOR.MINOR either way */}}
+{{- $cc := toString $g.computeCapability }}
+{{- if regexMatch "^[0-9]+$" $cc }}{{ $cc = printf "%s.0" $cc }}{{ end }}
 {{- $memory := include "trtwarm.scalar" $g.memoryGiB }}
 {{- $pin := $g.nodeSelector }}
 {{- if not $pin }}{{ $pin = include "trtwarm.prewarmPin" (dict "product" $product "index" $i "mig" $.Values.prewarm.migStrategy) | fromJson }}{{ end }}
