@@ -159,10 +159,34 @@ MODEL = {"persistentVolumeClaim": {"claimName": "models"}}
     ({"engines": {"image": {"mountPath": "/proc/1"}}}, "the image or the kubelet own"),
     ({"engines": {"image": {"mountPath": "/var/run/secrets"}}}, "the image or the kubelet own"),
     ({"engines": {"image": {"mountPath": "/etc/hosts"}}}, "the image or the kubelet own"),
+    # the trees an image owns: the init's venv, Triton's install, the CA certificates TLS to the store needs
+    ({"engines": {"image": {"mountPath": "/opt/trtwarm"}}}, "the image or the kubelet own"),
+    ({"engines": {"image": {"mountPath": "/opt/tritonserver"}}}, "the image or the kubelet own"),
+    ({"engines": {"image": {"mountPath": "/etc/ssl"}}}, "the image or the kubelet own"),
+    ({"engines": {"image": {"mountPath": "/home/triton-server"}}}, "the image or the kubelet own"),
+    ({"engines": {"image": {"mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}}},
+     "the image or the kubelet own"),
+    # the model in the init image (no model volume): a mount over its directory, or the file, hides it
+    ({"engines": {"image": {"mountPath": "/models/src"}}}, "overlaps engine.model.path"),
+    ({"engines": {"image": {"mountPath": "/models/src/model.onnx"}}}, "overlaps engine.model.path"),
+    # copy mode mounts a tools emptyDir at /trtwarm-tools beside the engines in the copying container
+    ({"engines": {"image": {"mountPath": "/trtwarm-tools", "mode": "copy"}}}, "overlaps copy mode's tools directory"),
+    ({"engines": {"image": {"mountPath": "/trtwarm-tools/e", "mode": "copy"}}}, "overlaps copy mode's tools"),
+    ({"engines": {"image": {"mountPath": "/x/../tmp"}}}, "overlaps trtwarm init's /tmp"),
+    ({"engines": {"image": {"mountPath": "//trtwarm//triton/"}}}, "overlaps handoff.mountPath"),
     ({"cache": {"mountPath": "/trtwarm"}}, "cache.mountPath=\"/trtwarm\" and handoff.mountPath=\"/trtwarm\" overlap"),
     ({"handoff": {"mountPath": "/models/cache/handoff"}}, "overlap"),
     ({"cache": {"mountPath": "/tmp"}}, "overlap"),
     ({"engine": {"model": {"mountPath": "/models", "volume": MODEL}}}, "engine.model.mountPath=\"/models\" overlap"),
+    # the other mounts against the chart's own and the paths the kubelet or the image own
+    ({"cache": {"mountPath": "/etc/trtwarm"}, "trust": {"mode": "warn", "existingConfigMap": "p"}},
+     "cache.mountPath=\"/etc/trtwarm\" and the chart's trust and registry-credential mounts"),
+    ({"engine": {"model": {"mountPath": "/etc/trtwarm/models", "volume": MODEL}}}, "engine.model.mountPath"),
+    ({"cache": {"mountPath": "/var/lib/trtwarm-stamps"}, "engine": {
+        "verify": "stamp", "stamps": {"hostPath": "/var/lib/trtwarm/stamps"}}}, "overlap"),
+    ({"handoff": {"mountPath": "/etc"}}, "handoff.mountPath=\"/etc\" is a path the image or the kubelet own"),
+    ({"handoff": {"mountPath": "/var/run/secrets"}, "rbac": {"events": True}}, "the image or the kubelet own"),
+    ({"cache": {"mountPath": "/usr/local/cache"}}, "cache.mountPath=\"/usr/local/cache\" is a path the image"),
 ])
 def test_a_mount_that_overlaps_another_or_a_path_the_image_or_kubelet_owns_is_refused(values: dict[str, Any],
                                                                                       message: str) -> None:
@@ -177,12 +201,17 @@ def test_a_mount_that_overlaps_another_or_a_path_the_image_or_kubelet_owns_is_re
 
 
 @pytest.mark.parametrize("path", ["/trtwarm-engines", "/engines", "/var/lib/engines", "/mnt/engines", "/models-seed",
-                                  "/trtwarm-seed/x"])
-def test_a_mount_of_its_own_renders_in_the_init_and_the_server(path: str) -> None:
-    spec = pod_spec(objects(render({"engines": {"image": {"reference": IMAGE, "mountPath": path}}})))
+                                  "/trtwarm-seed/x", "/trtwarm-tools"])
+@pytest.mark.parametrize("mode", ["volume", "copy"])
+def test_a_mount_of_its_own_renders_in_the_init_and_the_server(path: str, mode: str) -> None:
+    if mode == "copy" and path == "/trtwarm-tools":
+        return  # copy mode's own tools directory (refused above)
+    spec = pod_spec(objects(render({"engines": {"image": {"reference": IMAGE, "mountPath": path, "mode": mode}}})))
     for name in ("trtwarm-init", "inference"):
-        mounts = [m["mountPath"] for m in container(spec, name)["volumeMounts"]]
-        assert path in mounts and len(mounts) == len(set(mounts)), name
+        assert path in [m["mountPath"] for m in container(spec, name)["volumeMounts"]], name
+    for c in spec["initContainers"] + spec["containers"]:  # no container mounts two volumes at one path
+        mounts = [m["mountPath"].rstrip("/") for m in c.get("volumeMounts", [])]
+        assert len(mounts) == len(set(mounts)), (c["name"], mounts)
 
 
 # --- images: pull policy, mirrors, resources ----------------------------------------------------------------------
@@ -298,6 +327,9 @@ def test_a_budget_that_would_block_every_drain_is_refused(replicas: int, min_ava
     {"nameOverride": "warm #1"}, {"nameOverride": "Warm"}, {"nameOverride": "warm-"}, {"nameOverride": "w" * 64},
     {"fullnameOverride": "engines #a"}, {"fullnameOverride": "9engines"}, {"fullnameOverride": "e.x"},
     {"fullnameOverride": "e" * 64},
+    # the created ServiceAccount (and the RoleBinding's subject) took the name cut at ` #`, the Pods asked for it whole
+    {"serviceAccount": {"create": True, "name": "engines #sa"}, "rbac": {"events": True}},
+    {"serviceAccount": {"name": "Engines"}}, {"serviceAccount": {"name": "e" * 254}},
 ])
 def test_a_name_value_the_api_server_would_refuse_is_refused_by_the_schema(values: dict[str, Any]) -> None:
     """Never cut at ` #` (a YAML comment) or by `trunc 63`: refused, naming the value."""
@@ -314,6 +346,11 @@ def test_valid_names_reach_the_objects_as_given() -> None:
     assert workload(objs)["metadata"]["name"] == "gpu-engines"
     assert {"name": "policy.v2"} in [v.get("configMap") for v in pod_spec(objs)["volumes"]]
     assert validate(objs, [29, 37]) == []
+    objs = objects(render({"serviceAccount": {"create": True, "name": "engines.sa-1"}, "rbac": {"events": True}}))
+    [account] = [o for o in objs if o["kind"] == "ServiceAccount"]
+    [binding] = [o for o in objs if o["kind"] == "RoleBinding"]
+    assert account["metadata"]["name"] == binding["subjects"][0]["name"] == pod_spec(objs)["serviceAccountName"] \
+        == "engines.sa-1"
 
 
 # --- the pre-warm DaemonSets on day two -----------------------------------------------------------------------------
@@ -339,6 +376,17 @@ def test_prewarm_daemonsets_roll_every_node_at_once_and_take_priority_affinity_a
     assert ds["spec"]["updateStrategy"] == {"type": "OnDelete"}
 
 
+@pytest.mark.parametrize("strategy", [{"typ": "OnDelete"}, {"type": "Rolling"},
+                                      {"rollingUpdate": {"maxunavailable": 1}}, {"rollingUpdate": {"maxUnavailable": "x"}}])
+def test_a_misspelt_prewarm_update_strategy_is_refused_not_dropped(strategy: dict[str, Any]) -> None:
+    """A field the API server does not know is dropped with a warning at most: the DaemonSets would keep rolling one
+    node at a time behind a value that reads as set."""
+    values = copy.deepcopy(PREWARM)
+    values["prewarm"]["updateStrategy"] = strategy
+    with pytest.raises(helm.HelmError, match="updateStrategy"):
+        render(values)
+
+
 def test_two_products_and_a_mig_slice_are_three_daemonsets_that_never_share_a_pod() -> None:
     values = copy.deepcopy(PREWARM)
     values["prewarm"]["gpus"] = [
@@ -353,14 +401,90 @@ def test_two_products_and_a_mig_slice_are_three_daemonsets_that_never_share_a_po
     assert all(len(d["metadata"]["name"]) <= 63 for d in sets)
     pins = [d["spec"]["template"]["spec"]["nodeSelector"] for d in sets]
     assert pins[1]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"  # GFD's MIG `single` label
-    assert pins[3] == {"nvidia.com/gpu.present": "true",
-                       "nvidia.com/mig-2g.20gb.product": "NVIDIA-A100-SXM4-80GB-MIG-2g.20gb"}  # `mixed`, as given
+    assert pins[3] == {"nvidia.com/mig-2g.20gb.product": "NVIDIA-A100-SXM4-80GB-MIG-2g.20gb"}  # `mixed`, as given
     assert "--gpu-compute-capability=8.0" in container(sets[2]["spec"]["template"]["spec"],
                                                        "trtwarm-prewarm")["command"]
     for d in sets:  # no DaemonSet's selector matches another's Pods
         selector = d["spec"]["selector"]["matchLabels"]
         matches = [o for o in sets if selector.items() <= o["spec"]["template"]["metadata"]["labels"].items()]
         assert matches == [d]
+
+
+#: GPU Feature Discovery's labels of a node (k8s-device-plugin internal/lm: resource.go, mig-strategy.go): the NVML
+#: name with spaces as `-`; under MIG `single` the slice's `<GPU>-MIG-<profile>` overrides `gpu.product`; under `mixed`
+#: `gpu.product` stays the whole GPU's and each profile gets `mig-<profile>.product` (a `+` in a profile becomes `.`).
+#: `nvidia.com/gpu.present` is the GPU Operator's label: a cluster with the device plugin and GFD alone lacks it.
+NODES = {
+    "cpu": {"kubernetes.io/os": "linux"},
+    "h100-gfd-only": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8"},
+    "h100-operator": {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+    "h100-mig-single": {"nvidia.com/gpu.present": "true", "nvidia.com/mig.strategy": "single",
+                        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb"},
+    "h100-mig-mixed": {"nvidia.com/mig.strategy": "mixed", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+                       "nvidia.com/mig-1g.10gb.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb",
+                       "nvidia.com/mig-1g.10gb.me.product": "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb.me"},
+    "a100": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"},
+}
+MIG = {"product": "NVIDIA H100 80GB HBM3 MIG 1g.10gb", "computeCapability": "9.0", "memoryGiB": 10}
+MIG_ME = {"product": "NVIDIA H100 80GB HBM3 MIG 1g.10gb+me", "computeCapability": "9.0", "memoryGiB": 10}
+A100 = {"product": "NVIDIA A100-SXM4-80GB", "computeCapability": "8.0", "memoryGiB": 80}
+
+
+@pytest.mark.parametrize(("strategy", "expected"), [
+    ("single", {"cpu": set(), "h100-gfd-only": {"h100"}, "h100-operator": {"h100"}, "h100-mig-single": {"mig"},
+                "h100-mig-mixed": {"h100"}, "a100": {"a100"}}),
+    # under mixed the whole GPU's label stays on a MIG node: its class lands there too (it pulls, never keys wrong)
+    ("mixed", {"cpu": set(), "h100-gfd-only": {"h100"}, "h100-operator": {"h100"}, "h100-mig-single": set(),
+               "h100-mig-mixed": {"h100", "mig", "mig-me"}, "a100": {"a100"}}),
+])
+def test_each_gpu_node_gets_the_prewarm_of_its_own_gpu_classes_under_either_mig_strategy(
+        strategy: str, expected: dict[str, set[str]]) -> None:
+    """Scheduled as the DaemonSet controller places them (every nodeSelector label on the node): GFD's labels alone
+    suffice, a node without a GPU gets none, a MIG node gets its slice's class under the strategy stated."""
+    values = copy.deepcopy(PREWARM)
+    values["prewarm"].update({"gpus": [H100, MIG, MIG_ME, A100], "migStrategy": strategy})
+    classes = {H100["product"]: "h100", MIG["product"]: "mig", MIG_ME["product"]: "mig-me", A100["product"]: "a100"}
+    objs = objects(render(values))
+    assert validate(objs, [29, 37]) == []
+    placed = {node: {classes[d["metadata"]["annotations"]["trtwarm.io/gpu-product"]] for d in _daemonsets(objs)
+                     if d["spec"]["template"]["spec"]["nodeSelector"].items() <= labels.items()}
+              for node, labels in NODES.items()}
+    assert placed == expected
+
+
+@pytest.mark.parametrize(("given", "flag"), [(9, "9.0"), (9.0, "9.0"), ("9.0", "9.0"), (8.9, "8.9"), ("8.9", "8.9"),
+                                             (12.1, "12.1"), (10, "10.0")])
+def test_a_compute_capability_reaches_the_prewarm_as_major_dot_minor(given: Any, flag: str) -> None:
+    """`trtwarm prewarm` takes MAJOR.MINOR only (a bare `9` exits 2 on every node): a whole number, from a values file
+    (a float to Helm) or `--set ...computeCapability=9` (an int), is printed with its `.0`."""
+    values = copy.deepcopy(PREWARM)
+    values["prewarm"]["gpus"] = [{**H100, "computeCapability": given}]
+    [ds] = _daemonsets(objects(render(values)))
+    assert f"--gpu-compute-capability={flag}" in container(ds["spec"]["template"]["spec"], "trtwarm-prewarm")["command"]
+
+
+def test_a_gpu_class_whose_label_gfd_could_not_make_needs_its_own_node_selector() -> None:
+    values = copy.deepcopy(PREWARM)
+    values["prewarm"]["gpus"] = [{**H100, "product": "NVIDIA H100 (engineering sample)"}]
+    with pytest.raises(helm.HelmError, match=r"prewarm.gpus\[0\]: nvidia.com/gpu.product=.*give its nodeSelector"):
+        render(values)
+    values["prewarm"]["gpus"][0]["nodeSelector"] = {"node.kubernetes.io/instance-type": "p5.48xlarge"}
+    [ds] = _daemonsets(objects(render(values)))
+    assert ds["spec"]["template"]["spec"]["nodeSelector"] == {"node.kubernetes.io/instance-type": "p5.48xlarge"}
+
+
+def test_a_prewarm_without_a_model_volume_is_told_every_row_will_fail() -> None:
+    """The key holds the models' digests, and a pre-warm Pod mounts only engine.model.volume: without it every row
+    fails on every node (the model does not exist there); the install notes say so and what to set."""
+    def notes(values: dict[str, Any]) -> str:
+        return next(t for p, t in render(values).items() if p.endswith("NOTES.txt"))
+
+    values = copy.deepcopy(PREWARM)
+    assert "engine.model.volume is empty" in notes(values)
+    [ds] = _daemonsets(objects(render(values)))
+    assert "trtwarm-model" not in [v["name"] for v in ds["spec"]["template"]["spec"]["volumes"]]
+    values["engine"] = {"model": {"volume": {"persistentVolumeClaim": {"claimName": "models"}}}}
+    assert "engine.model.volume is empty" not in notes(values)
 
 
 def test_prewarm_pods_keep_the_workload_identity_token_for_the_container_that_pulls_only() -> None:

@@ -77,8 +77,9 @@ def test_prewarm_runs_on_the_gpu_nodes_of_its_class_without_any_gpu_access_and_e
     assert validate(objs, [29, 33, 37]) == []
     ds = _daemonset(objs)
     spec = ds["spec"]["template"]["spec"]
-    # pinned by GPU Feature Discovery's labels: a node without this GPU (or without any) gets no pre-warm Pod
-    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    # pinned by GPU Feature Discovery's label: a node without this GPU (or without any) gets no pre-warm Pod; not by
+    # the GPU Operator's nvidia.com/gpu.present, which GFD alone does not set
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
     pull = container(spec, "trtwarm-prewarm")
     assert pull["command"] == ["trtwarm", "prewarm", "--matrix=/etc/trtwarm/matrix/matrix.json",
                                "--cache-dir=/models/cache", "--gpu-product=NVIDIA H100 80GB HBM3",

@@ -181,3 +181,50 @@ def test_the_prewarm_pulls_from_oci_what_an_init_on_that_gpu_pushed_and_the_pod_
         pod = node.init(deployment)
         assert pod.returncode == 0 and pod.summary["result"] == "hit", pod.stderr
         assert pod.summary["key"] == built.summary["key"]
+
+
+def test_the_prewarm_pulls_from_a_registry_with_the_rendered_auth_file_and_refuses_without_it(tmp_path: Path) -> None:
+    """`remote.oci.authSecret`: the DaemonSet mounts the dockerconfigjson Secret where its REGISTRY_AUTH_FILE points.
+    With the Secret's file there the pre-warm pulls what an init pushed; without credentials the registry's 401 is a
+    credentials failure (exit 11, the kubelet retries), never an `absent` that would hide a wrong Secret."""
+    from registry import Registry, registry_binary
+
+    if registry_binary() is None:
+        pytest.skip("docker-registry is not installed (apt-get install docker-registry)")
+    server = Registry(tmp_path / "registry", user=("puller", "s3cret-pass")).start()
+    try:
+        model = make_model(tmp_path / "models" / "mlp.onnx")
+        build = {"builder": "command", "command": {"template": "cp {model} {output}", "version": "cp-1"},
+                 "shapes": {"input": SHAPE.split("=", 1)[1]}}
+        options = {"builder": "command", "build_command": "cp {model} {output}", "builder_version": "cp-1"}
+        remote = {"url": f"oci://{server.addr}/engines/auth", "push": "required", "oci": {"authSecret": "regcred"}}
+        daemonsets, config, deployment = _rendered(_values(remote, build, options, "nvidia.com/gpu"))
+        ds = daemonsets[CLASSES["a100"]["gpu"]["product"]]
+        spec = ds["spec"]["template"]["spec"]
+        pull = container(spec, "trtwarm-prewarm")
+        env = {e["name"]: e.get("value") for e in pull["env"]}
+        mount = next(m for m in pull["volumeMounts"] if m["name"] == "trtwarm-registry-auth")
+        volume = next(v for v in spec["volumes"] if v["name"] == "trtwarm-registry-auth")
+        assert volume["secret"]["secretName"] == "regcred" and mount["readOnly"] is True
+        assert env["REGISTRY_AUTH_FILE"] == f"{mount['mountPath']}/.dockerconfigjson"
+        secret = tmp_path / "secret"  # the Secret's projection: key .dockerconfigjson
+        secret.mkdir()
+        server.auth_file(secret / ".dockerconfigjson")
+        builder = Node(tmp_path, "a100", model, {})
+        builder.paths[mount["mountPath"]] = str(secret)
+        built = builder.init(deployment)
+        assert built.returncode == 0 and built.summary["result"] == "built", built.stderr
+        node = Node(tmp_path / "fresh", "a100", model, {})
+        node.paths[mount["mountPath"]] = str(secret)
+        run = node.prewarm(ds, config, "--json")
+        assert run.returncode == 0, run.stderr
+        [row] = [json.loads(line) for line in run.stdout.splitlines()]
+        assert row["result"] == "pulled" and row["key"].startswith(built.summary["key"]), row
+        (secret / ".dockerconfigjson").write_text(json.dumps({"auths": {}}))  # the Secret names no credentials
+        denied = Node(tmp_path / "denied", "a100", model, {})
+        denied.paths[mount["mountPath"]] = str(secret)
+        run = denied.prewarm(ds, config, "--json")
+        [row] = [json.loads(line) for line in run.stdout.splitlines()]
+        assert run.returncode == 11 and row["result"] == "failed", (run.returncode, row, run.stderr[-800:])
+    finally:
+        server.stop()

@@ -89,8 +89,12 @@ the workload (templates/validate.yaml). */}}
 path are refused by the API server, and one inside another hides it or is written where the other is read. */}}
 {{- define "trtwarm.checkMounts" -}}
 {{- $v := .Values }}
-{{- $paths := list (list "cache.mountPath" $v.cache.mountPath) (list "handoff.mountPath" $v.handoff.mountPath) (list "trtwarm init's /tmp" "/tmp") }}
+{{- $paths := list (list "cache.mountPath" $v.cache.mountPath) (list "handoff.mountPath" $v.handoff.mountPath) }}
 {{- if $v.engine.model.volume }}{{ $paths = append $paths (list "engine.model.mountPath" $v.engine.model.mountPath) }}{{ end }}
+{{- range $paths }}{{ include "trtwarm.checkOwnedPath" (dict "what" (index . 0) "path" (index . 1) "hint" "/models/cache, /trtwarm, /models/src") }}{{ end }}
+{{- /* and the chart's own mounts in the init */}}
+{{- $paths = concat $paths (list (list "trtwarm init's /tmp" "/tmp") (list "the chart's trust and registry-credential mounts" "/etc/trtwarm")) }}
+{{- if $v.engine.stamps.hostPath }}{{ $paths = append $paths (list "the stamps directory" "/var/lib/trtwarm-stamps") }}{{ end }}
 {{- range $i, $a := $paths }}
 {{- range $b := slice $paths (add1 $i) }}
 {{- $x := clean (index $a 1) }}{{ $y := clean (index $b 1) }}
@@ -98,5 +102,19 @@ path are refused by the API server, and one inside another hides it or is writte
 {{- fail (printf "%s=%q and %s=%q overlap: each needs a directory of its own (e.g. /models/cache, /trtwarm, /models/src)" (index $a 0) (index $a 1) (index $b 0) (index $b 1)) }}
 {{- end }}
 {{- end }}
+{{- end }}
+{{- end }}
+
+{{/* A mount over a path the kubelet or the images own hides what the containers need (dict "what" "<value>" "path"
+<path> "hint" "<paths of their own>" "images" <also every path under /etc, /opt, /home, /root, /boot>). */}}
+{{- define "trtwarm.checkOwnedPath" -}}
+{{- $p := clean .path }}
+{{- $owned := list "/" "/bin" "/sbin" "/usr" "/lib" "/lib32" "/lib64" "/etc" "/opt" "/home" "/root" "/boot" "/var" "/var/lib" "/var/run" "/run" "/dev" "/proc" "/sys" "/var/run/secrets" "/etc/hosts" "/etc/hostname" "/etc/resolv.conf" "/dev/termination-log" }}
+{{- $under := list "/dev" "/proc" "/sys" "/run" "/var/run" "/usr" "/bin" "/sbin" "/lib" "/lib32" "/lib64" }}
+{{- if .images }}{{ $under = concat $under (list "/etc" "/opt" "/home" "/root" "/boot") }}{{ end }}
+{{- $bad := has $p $owned }}
+{{- range $under }}{{ if hasPrefix (printf "%s/" .) $p }}{{ $bad = true }}{{ end }}{{ end }}
+{{- if $bad }}
+{{- fail (printf "%s=%q is a path the image or the kubelet own (or lies under one): a mount there hides what the containers need; use a directory of its own such as %s" .what .path .hint) }}
 {{- end }}
 {{- end }}

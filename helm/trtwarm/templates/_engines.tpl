@@ -26,6 +26,10 @@ is hidden), and one inside the hand-off is where the init writes. Nor a path the
 {{- $p := clean $v.engines.image.mountPath }}
 {{- $others := dict "cache.mountPath" $v.cache.mountPath "handoff.mountPath" $v.handoff.mountPath "the Triton repository" (printf "%s/triton" $v.handoff.mountPath) "trtwarm init's /tmp" "/tmp" "the stamps directory" "/var/lib/trtwarm-stamps" "the trust policy, signing key and registry credentials" "/etc/trtwarm" }}
 {{- if $v.engine.model.volume }}{{ $_ := set $others "engine.model.mountPath" $v.engine.model.mountPath }}{{ end }}
+{{- /* the model file itself: without a model volume it is in the init image (or a volume of the user's), which a
+mount over its directory would hide */}}
+{{- $_ := set $others "engine.model.path" $v.engine.model.path }}
+{{- if eq $v.engines.image.mode "copy" }}{{ $_ := set $others "copy mode's tools directory" "/trtwarm-tools" }}{{ end }}
 {{- range $i, $m := ($v.workload.container.volumeMounts | default list) }}{{ $_ := set $others (printf "workload.container.volumeMounts[%d]" $i) (toString $m.mountPath) }}{{ end }}
 {{- range $what := keys $others | sortAlpha }}
 {{- $o := clean (get $others $what) }}
@@ -33,13 +37,9 @@ is hidden), and one inside the hand-off is where the init writes. Nor a path the
 {{- fail (printf "engines.image.mountPath=%q overlaps %s (%s): the engine image needs a directory of its own, e.g. /trtwarm-engines" $v.engines.image.mountPath $what $o) }}
 {{- end }}
 {{- end }}
-{{- $owned := list "/" "/bin" "/sbin" "/usr" "/lib" "/lib32" "/lib64" "/etc" "/opt" "/home" "/root" "/var" "/var/lib" "/var/run" "/run" "/dev" "/proc" "/sys" "/var/run/secrets" "/etc/hosts" "/etc/hostname" "/etc/resolv.conf" "/dev/termination-log" }}
-{{- $under := list "/dev" "/proc" "/sys" "/run" "/var/run" "/usr" "/bin" "/sbin" "/lib" "/lib64" }}
-{{- $bad := has $p $owned }}
-{{- range $under }}{{ if hasPrefix (printf "%s/" .) $p }}{{ $bad = true }}{{ end }}{{ end }}
-{{- if $bad }}
-{{- fail (printf "engines.image.mountPath=%q is a path the image or the kubelet own (or lies under one): a read-only mount there hides what the containers need; use a directory of its own such as /trtwarm-engines" $v.engines.image.mountPath) }}
-{{- end }}
+{{- /* and nothing under the trees the images own either: the init's venv is /opt/trtwarm, Triton's /opt/tritonserver,
+the CA certificates the store's TLS needs /etc/ssl */}}
+{{- include "trtwarm.checkOwnedPath" (dict "what" "engines.image.mountPath" "path" $v.engines.image.mountPath "images" true "hint" "/trtwarm-engines") }}
 {{- end }}
 
 {{/* The engine image's reference (through `global.imageRegistry`) and pull policy: a tag moves with every push, so

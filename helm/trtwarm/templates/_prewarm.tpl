@@ -12,22 +12,36 @@ readable part of the product and a hash of it, stable across upgrades). */}}
 {{- $product := toString $g.product | trim }}
 {{- if hasKey $seen $product }}{{ fail (printf "prewarm.gpus lists %q twice" $product) }}{{ end }}
 {{- $_ := set $seen $product true }}
-{{- $cc := ternary (printf "%.1f" (float64 $g.computeCapability)) (toString $g.computeCapability) (kindIs "float64" $g.computeCapability) }}
+{{- /* a number prints as written (`8.9`, `9` for 9.0), an int from `--set` as `9` too: MAJOR.MINOR either way */}}
+{{- $cc := toString $g.computeCapability }}
+{{- if regexMatch "^[0-9]+$" $cc }}{{ $cc = printf "%s.0" $cc }}{{ end }}
 {{- $memory := include "trtwarm.scalar" $g.memoryGiB }}
 {{- $pin := $g.nodeSelector }}
-{{- if not $pin }}
-{{- $label := replace " " "-" $product }}
-{{- if not (regexMatch "^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$" $label) }}
-{{- fail (printf "prewarm.gpus[%d]: %q is not a node label value GPU Feature Discovery could have made (spaces as -, at most 63 characters); give its nodeSelector" $i $label) }}
-{{- end }}
-{{- $pin = dict "nvidia.com/gpu.product" $label }}
-{{- end }}
+{{- if not $pin }}{{ $pin = include "trtwarm.prewarmPin" (dict "product" $product "index" $i "mig" $.Values.prewarm.migStrategy) | fromJson }}{{ end }}
 {{- $slug := regexReplaceAll "[^a-z0-9]+" (lower $product | trimPrefix "nvidia ") "-" | trunc 24 | trimAll "-" }}
 {{- $id := printf "%s-%s" $slug ($product | sha256sum | trunc 8) | trimPrefix "-" }}
 {{- $selector := merge (deepCopy $pin) (deepCopy ($.Values.prewarm.nodeSelector | default dict)) }}
 {{- $out = append $out (dict "product" $product "computeCapability" $cc "memoryGiB" $memory "nodeSelector" $selector "id" $id) }}
 {{- end }}
 {{- toJson $out }}
+{{- end }}
+
+{{/* The node label GPU Feature Discovery gives a GPU class, as a JSON map (dict "product" "<NVML name>" "index" <i>
+"mig" "single|mixed"): `nvidia.com/gpu.product`, the NVML name with spaces as `-` (a MIG slice's under the `single`
+strategy: `<GPU>-MIG-<profile>`); under `mixed` a MIG slice's is `nvidia.com/mig-<profile>.product` (the node's
+`gpu.product` is then the whole GPU's). A MIG profile's `+` is `.` in both (`1g.10gb+me`: `mig-1g.10gb.me`), as the
+device plugin names the resource. */}}
+{{- define "trtwarm.prewarmPin" -}}
+{{- $label := replace " " "-" .product }}
+{{- $key := "nvidia.com/gpu.product" }}
+{{- $profile := regexFind "-MIG-[^-]+$" $label | trimPrefix "-MIG-" | replace "+" "." }}
+{{- if $profile }}{{ $label = printf "%s-MIG-%s" (regexReplaceAll "-MIG-[^-]+$" $label "") $profile }}{{ end }}
+{{- if and $profile (eq (toString .mig) "mixed") }}{{ $key = printf "nvidia.com/mig-%s.product" $profile }}{{ end }}
+{{- $name := trimPrefix "nvidia.com/" $key }}
+{{- if not (and (regexMatch "^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$" $label) (regexMatch "^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$" $name)) }}
+{{- fail (printf "prewarm.gpus[%d]: %s=%q is not a node label GPU Feature Discovery could have made (spaces as -, at most 63 characters); give its nodeSelector" .index $key $label) }}
+{{- end }}
+{{- dict $key $label | toJson }}
 {{- end }}
 
 {{/* The pre-warm Pod's annotations: the matrix's checksum (a changed list rolls the Pods), the trust policy's, and
