@@ -188,18 +188,18 @@ class Repository:
     def create_ref(self, key: str, ref: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
         """Write *key*'s ref unless one exists. :return: (True, ours) if ours is the ref, else (False, the winner's)"""
         body = json.dumps(ref, sort_keys=True, separators=(",", ":")).encode()
+        created = False
         if self.conditional_writes():
-            if self.client.put_create(ref_path(key), body):
-                return True, ref
-        else:
-            if self.get_ref(key) is None:
-                self.client.put_bytes(ref_path(key), body)
-        winner = self.get_ref(key)
+            created = self.client.put_create(ref_path(key), body)
+        elif self.get_ref(key) is None:
+            self.client.put_bytes(ref_path(key), body)
+        winner = self.get_ref(key)  # read back, also after a create: a store may answer 200 and keep nothing
         if winner is None:
-            raise RemoteError(f"{self.url}/{ref_path(key)} vanished right after it was written",
-                              hint="a concurrent `trtwarm remote rm`/gc removed it; push again")
+            raise RemoteError(f"{self.url}/{ref_path(key)} is missing right after the store accepted it",
+                              hint="the store (or a proxy before it) acknowledged the write without keeping it, or "
+                              "a concurrent `trtwarm remote rm`/gc removed it; check the store, then push again")
         ours = winner["manifest"] == ref["manifest"]
-        if ours and not self.conditional_writes():
+        if ours and (created or not self.conditional_writes()):
             return True, winner
         if not ours and not self.conditional_writes():
             log.warning("the store lacks conditional writes and another pusher's ref for %s replaced or preceded "

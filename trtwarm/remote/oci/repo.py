@@ -18,7 +18,6 @@ the engines differ). ``remote gc`` deletes manifests only: blobs are the registr
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from trtwarm.errors import RemoteError
 from trtwarm.remote.oci.client import OciClient
 from trtwarm.remote.oci.layout import MANIFEST, REF_TYPE, canonical, check_entry_manifest, entry_manifest
 from trtwarm.remote.repo import REF_LIMIT, Repository, check_ref, manifest_files
+from trtwarm.strictjson import JSONRefused, loads
 
 log = logging.getLogger("trtwarm.remote")
 #: how long a pusher waits before reading the tag back: every racer that looked for the tag before this one's PUT
@@ -81,9 +81,9 @@ class OciRepository(Repository):
             raise RemoteError(f"{where}: the ref document does not match its digest (corrupt in the registry): "
                               "refused")
         try:
-            doc = json.loads(blob)
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            raise RemoteError(f"{where}: the ref document is not JSON") from None
+            doc = loads(blob, limit=REF_LIMIT)
+        except JSONRefused as exc:
+            raise RemoteError(f"{where}: the ref document is refused: {exc}") from None
         ref = check_ref(doc, key)
         files = [(row["sha256"], row["bytes"]) for row in manifest_files(ref["manifest"])]
         if files != layers:
@@ -155,7 +155,7 @@ class OciRepository(Repository):
 
 def _immutable(response: Any) -> bool:
     """Whether a refused manifest PUT says the tag exists and may not move (ECR, Harbor, ACR, GitLab)."""
-    text = (response.data or b"").decode("utf-8", "replace")
+    text = response.excerpt().decode("utf-8", "replace")
     return response.status in (400, 403, 409, 412) and any(word.lower() in text.lower() for word in _IMMUTABLE)
 
 
