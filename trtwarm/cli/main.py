@@ -229,10 +229,10 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     logsetup.setup(environ.get("TRTWARM_LOG_FORMAT", "text"))
     args = list(sys.argv[1:] if argv is None else argv)
     command = args[0] if args and args[0] in COMMANDS else None
-    if command == "init":  # as early as possible: a Pod deleted while its init starts still gets the message
+    if command in STOPPABLE:  # as early as possible: a Pod deleted while its init starts still gets the message
         from trtwarm.init.stopping import stop_on_signals
 
-        stop_on_signals()
+        stop_on_signals(command)
     try:
         ns = _parse(args, command, environ)
         logsetup.setup(getattr(ns, "log_format", "text"))
@@ -266,6 +266,8 @@ def _parse(args: list[str], command: str | None, environ: Mapping[str, str]) -> 
     return ns
 
 
+#: commands that turn SIGTERM/SIGINT into a clean stop (exit 143/130), every network wait ended at once
+STOPPABLE = ("init", "remote", "prebuild", "prewarm")
 #: commands whose output is their result: a reader closing the pipe early makes them fail (exit 14), not succeed
 #: (``remote gc`` and ``remote rm`` too)
 REPORTING = ("verify", "gc", "rm", "sign")
