@@ -295,5 +295,57 @@ class Elsewhere:
         self.proxy.close()
 
 
-__all__ = ["Elsewhere", "Hostile", "Reply", "Request", "answer", "duplicated", "endless", "forward", "hold", "huge",
-           "nested", "rewrite", "send", "trickle_body", "trickle_head"]
+# --- running a real trtwarm under a hostile peer -----------------------------------------------------------------------
+@dataclass
+class Measured:
+    """A finished ``trtwarm`` process: its exit code, wall time, peak memory (its own ``ru_maxrss``), output."""
+
+    returncode: int
+    seconds: float
+    peak_mb: float
+    stdout: str
+    stderr: str
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        return json.loads(self.stdout.strip().splitlines()[-1])
+
+
+def run_measured(args: list[str], env: dict[str, str], timeout: float = 180.0,
+                 signal_when: Callable[[], bool] | None = None, signum: int = 15) -> tuple[Measured, float | None]:
+    """Run ``trtwarm ARGS``; with *signal_when*, send *signum* once it is true. :return: the run, and the seconds
+    from the signal to the exit (None without one). The peak memory is the child's own (``wait4``)."""
+    import os
+    import signal as signals
+    import subprocess
+    import tempfile
+
+    from conftest import env_for, trtwarm_argv
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.monotonic()
+        proc = subprocess.Popen(trtwarm_argv(*args), stdout=out, stderr=err, env=env_for(env),
+                                start_new_session=True)
+        signalled: float | None = None
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            now = time.monotonic()
+            if signalled is None and signal_when is not None and signal_when():
+                os.kill(proc.pid, signum)
+                signalled = now
+            if now - start > timeout:
+                os.killpg(proc.pid, signals.SIGKILL)
+            time.sleep(0.02)
+        ended = time.monotonic()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        run = Measured(proc.returncode, ended - start, usage.ru_maxrss / 1024, out.read().decode(errors="replace"),
+                       err.read().decode(errors="replace"))
+    return run, (ended - signalled if signalled is not None else None)
+
+
+__all__ = ["Elsewhere", "Hostile", "Measured", "Reply", "Request", "answer", "duplicated", "endless", "forward",
+           "hold", "huge", "nested", "rewrite", "run_measured", "send", "trickle_body", "trickle_head"]

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from trtwarm.errors import RemoteError, RemoteUnreachable, Terminated
 from trtwarm.transport import breaker, stop
 from trtwarm.transport.answer import Refused
+from trtwarm.transport.listing import KeyOrder, TokenChains
 from trtwarm.transport.listing import check_page as _check_page
 from trtwarm.transport.http import HttpClient
 from trtwarm.transport.limits import RATE_WINDOW, Limits
@@ -245,3 +246,25 @@ def test_a_page_that_names_itself_or_holds_too_many_keys_is_refused() -> None:
         _check_page("http://s3/b?list-type=2", b"<Key>k</Key>" * 1001, "LIST")
     _check_page("http://s3/b?list-type=2&continuation-token=t1", b"<Key>k</Key>" * 1000 +
                 b"<NextContinuationToken>t2</NextContinuationToken>", "LIST")
+
+
+def _page(token: str) -> bytes:
+    return f"<Key>k</Key><NextContinuationToken>{token}</NextContinuationToken>".encode()
+
+
+def test_continuation_tokens_that_cycle_are_refused_and_listings_side_by_side_are_not() -> None:
+    chains = TokenChains()
+    for _ in range(2):  # two listings of one prefix ask the same tokens: no loop
+        chains.see("http://s3/b?list-type=2&prefix=p", _page("a"), "LIST")
+        chains.see("http://s3/b?list-type=2&prefix=p&continuation-token=a", _page("b"), "LIST")
+    with pytest.raises(Refused, match="lead back"):
+        chains.see("http://s3/b?list-type=2&prefix=p&continuation-token=b", _page("a"), "LIST")
+    chains.see("http://s3/b?list-type=2&prefix=other&continuation-token=b", _page("a"), "LIST")  # another prefix
+
+
+def test_keys_must_move_forward() -> None:
+    order = KeyOrder("LIST s3://b/p")
+    for key in ("refs/a.json", "refs/b.json", "refs/é.json"):
+        order.see(key)
+    with pytest.raises(Refused, match="a page sent again"):
+        order.see("refs/a.json")

@@ -29,6 +29,7 @@ from typing import Any
 
 from trtwarm.errors import ManifestInvalid, RemoteError
 from trtwarm.remote.client import Client
+from trtwarm.strictjson import JSONRefused, loads
 from trtwarm.volume.chunks import chunk_problem
 from trtwarm.volume.schema import check_manifest
 
@@ -123,9 +124,9 @@ class Repository:
         if data is None:
             return None
         try:
-            doc = json.loads(data)
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            raise RemoteError(f"{self.url}/{ref_path(key)} is not JSON") from None
+            doc = loads(data, limit=REF_LIMIT)
+        except JSONRefused as exc:
+            raise RemoteError(f"{self.url}/{ref_path(key)} is refused: {exc}") from None
         return check_ref(doc, key)
 
     def has_blob(self, sha256: str, size: int) -> bool:

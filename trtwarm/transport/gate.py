@@ -39,7 +39,7 @@ from trtwarm.transport import stop
 from trtwarm.transport.answer import Answer, Refused
 from trtwarm.transport.http import HttpClient
 from trtwarm.transport.limits import ERROR_LIMIT, PAGE_LIMIT, SMALL_LIMIT, TICK, Limits
-from trtwarm.transport.listing import check_page, is_listing
+from trtwarm.transport.listing import TokenChains, check_page, is_listing
 from trtwarm.transport.origin import Origin, origin_of, resolve, target_of
 from trtwarm.transport.wire import Clock, Stalled, connect
 
@@ -83,6 +83,7 @@ class Gate:
         self.limits, self.upgrade = limits, upgrade
         self.http = HttpClient(limits, pool=16)
         self.verdicts: collections.deque[Verdict] = collections.deque(maxlen=64)
+        self.tokens = TokenChains()
         self._clients: set[socket.socket] = set()
         self._lock = threading.Lock()
         self.listener = socket.socket()
@@ -191,6 +192,7 @@ class Gate:
         elif method == "GET" and is_listing(url):
             data = answer.read(PAGE_LIMIT, f"{what}: a listing page")
             check_page(url, data, what)
+            self.tokens.see(url, data, what)
         elif method == "GET":
             return self._stream(client, answer, what)
         else:
