@@ -17,31 +17,35 @@ TLS when the real endpoint is ``https`` (:class:`Upgrade`; certificates checked 
 * a stop request (SIGTERM) cuts every connection and answers every new request at once.
 
 A refused answer reaches obstore as a ``400`` (which obstore does not retry) whose body says why, and is recorded as
-a :class:`Verdict` the S3 client reads to type its error (:mod:`.s3`).
+a :class:`Verdict` the S3 client reads to type its error (:mod:`.s3`). ``CONNECT`` (a credential service obstore
+reaches in TLS itself) is a bounded tunnel (:mod:`.tunnel`).
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import http.client
 import logging
-import select
 import socket
 import ssl
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from trtwarm.errors import RemoteUnreachable
 from trtwarm.transport import stop
 from trtwarm.transport.answer import Answer, Refused
 from trtwarm.transport.http import HttpClient
-from trtwarm.transport.limits import ERROR_LIMIT, PAGE_LIMIT, SMALL_LIMIT, TICK, Limits
+from trtwarm.transport.limits import ERROR_LIMIT, PAGE_LIMIT, SMALL_LIMIT, Limits
 from trtwarm.transport.listing import TokenChains, check_page, is_listing
 from trtwarm.transport.origin import Origin, origin_of, resolve, target_of
-from trtwarm.transport.wire import Clock, Stalled, connect
+from trtwarm.transport.relay import can_splice, splice_body
+from trtwarm.transport.tunnel import tunnel
+from trtwarm.transport.wire import Clock, Stalled
 
 log = logging.getLogger("trtwarm.remote")
 #: headers that belong to one hop, never forwarded
@@ -84,6 +88,7 @@ class Gate:
         self.http = HttpClient(limits, pool=16)
         self.verdicts: collections.deque[Verdict] = collections.deque(maxlen=64)
         self.tokens = TokenChains()
+        self.expired = ""
         self._clients: set[socket.socket] = set()
         self._lock = threading.Lock()
         self.listener = socket.socket()
@@ -92,6 +97,13 @@ class Gate:
         self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
         threading.Thread(target=self._accept, name="trtwarm-gate", daemon=True).start()
         stop.on_stop(self._stop)
+
+    def expire(self, reason: str) -> None:
+        """Give the store up: cut every connection, refuse every request from now on (*reason*: a pull-only init's
+        ``--lock-timeout`` passed while obstore still retried)."""
+        self.expired = reason
+        self._record("expired", reason)
+        self._stop()
 
     def verdict_since(self, started: float) -> Verdict | None:
         """The latest verdict recorded at or after *started* (monotonic), if any."""
@@ -141,15 +153,18 @@ class Gate:
         method, target, _version = line.decode("latin-1").split()
         headers = http.client.parse_headers(reader)
         if method == "CONNECT":
-            self._tunnel(client, target)
+            tunnel(client, target, self.limits, self._record)
             return False
         body, size = _body(headers, reader)
         if stop.requested():
             return self._refuse(client, "stopping", "this process is stopping (SIGTERM or SIGINT)")
+        if self.expired:
+            return self._refuse(client, "expired", self.expired)
         url = self._upstream(target)
         sent = {k: v for k, v in headers.items() if k.lower() not in _HOP}
         try:
-            answer = self.http.exchange(method, url, sent, body, size, Clock(self.limits, float("inf")))
+            answer = self.http.exchange(method, url, sent, body, size, Clock(self._limits_for(method, url),
+                                                                             float("inf")))
         except Stalled as exc:
             self._record("stalled", str(exc))
             return False
@@ -168,6 +183,13 @@ class Gate:
             return False
         finally:
             answer.close()
+
+    def _limits_for(self, method: str, url: str) -> Limits:
+        """The limits of one request: a multipart completion's answer may trickle whitespace while the store joins
+        the parts (AWS does, for minutes), so it is held to the idle timeout only, not to the rate floor."""
+        if method == "POST" and "uploadId=" in (urlsplit(url).query or ""):
+            return dataclasses.replace(self.limits, min_rate=1)
+        return self.limits
 
     def _upstream(self, target: str) -> str:
         """The URL a proxied request goes to (its scheme upgraded to TLS where the store speaks it)."""
@@ -206,6 +228,9 @@ class Gate:
         if length is None:
             raise Refused(f"{what}: an object's answer without a Content-Length: refused")
         client.sendall(_head(answer, length))
+        if can_splice(answer):
+            splice_body(answer, client, what)  # the kernel moves the bytes; the connection is not reused after
+            return True
         for piece in answer.stream(1 << 20, what):
             client.sendall(piece)
         return True
@@ -218,38 +243,6 @@ class Gate:
             client.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\n"
                            b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
         return False
-
-    # --- CONNECT (a credential service obstore reaches in TLS itself) -------------------------------------------------
-    def _tunnel(self, client: socket.socket, target: str) -> None:
-        """Relay bytes both ways to *target* (``host:port``) until either side closes or a stop: the connect is
-        bounded; what flows is TLS the gate cannot read."""
-        host, _, port = target.rpartition(":")
-        try:
-            upstream = connect(host.strip("[]"), int(port), Clock(self.limits, float("inf")))
-        except (OSError, ValueError) as exc:
-            self._record("stalled", f"CONNECT {target[:80]}: {exc}")
-            return
-        client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        raw = upstream.sock
-        try:
-            _pump(client, raw)
-        finally:
-            raw.close()
-
-
-def _pump(a: socket.socket, b: socket.socket) -> None:
-    pairs = {a.fileno(): (a, b), b.fileno(): (b, a)}
-    while not stop.requested():
-        ready, _, _ = select.select(list(pairs), [], [], TICK)
-        for fd in ready:
-            src, dst = pairs[fd]
-            try:
-                data = src.recv(1 << 16)
-            except TimeoutError:
-                continue
-            if not data:
-                return
-            dst.sendall(data)
 
 
 def _body(headers: Any, reader: Any) -> tuple[bytes | Any, int | None]:

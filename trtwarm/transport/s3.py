@@ -16,7 +16,10 @@ prefix, every request through the :mod:`.gate`, every call stoppable.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import itertools
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,7 +30,7 @@ from trtwarm.errors import ConfigError, RemoteError, RemoteUnreachable
 from trtwarm.transport import breaker, stop, waits
 from trtwarm.transport.answer import Refused
 from trtwarm.transport.gate import Gate, Upgrade
-from trtwarm.transport.limits import MAX_BACKOFF
+from trtwarm.transport.limits import MAX_BACKOFF, TICK
 from trtwarm.transport.listing import KeyOrder
 from trtwarm.transport.origin import origin_of
 from trtwarm.transport.s3errors import classify, short
@@ -76,6 +79,7 @@ class ObjectStore:
         seen, upgrade = _route(r.endpoint, r.bucket, region, r.aws)
         config["aws_endpoint"] = seen
         self._gate = Gate(limits, upgrade)
+        self._deadlines = _Deadlines(self._gate)
         retry = {"max_retries": limits.retries, "retry_timeout": datetime.timedelta(seconds=limits.retry_timeout),
                  "backoff": {"init_backoff": datetime.timedelta(milliseconds=200),
                              "max_backoff": datetime.timedelta(seconds=MAX_BACKOFF), "base": 2.0}}
@@ -95,7 +99,8 @@ class ObjectStore:
         breaker.check(self.name)
         started = time.monotonic()
         try:
-            with waits.waiting(self.name, f"{op} {path}", self.remote.limits.budget, self.remote.progress):
+            with waits.waiting(self.name, f"{op} {path}", self.remote.limits.budget, self.remote.progress), \
+                    self._deadlines.within(self.remote.limits.ceiling, f"{op} {path}"):
                 return _off_main(fn, store, path, *args, **kwargs)
         except (FileNotFoundError, *passing):
             raise
@@ -183,6 +188,45 @@ class ObjectStore:
         import obstore
 
         self.call("DELETE", path, obstore.delete)
+
+
+class _Deadlines:
+    """Calls that must end by a time (a pull-only init's ``--lock-timeout``, which obstore's retries know nothing
+    of): when one is past it, the store is given up (:meth:`Gate.expire`), and the call ends at once."""
+
+    def __init__(self, gate: Gate) -> None:
+        self.gate = gate
+        self.due: dict[int, tuple[float, float, str]] = {}
+        self.ids = itertools.count()
+        self.lock = threading.Lock()
+        self.thread: threading.Thread | None = None
+
+    @contextlib.contextmanager
+    def within(self, seconds: float, what: str) -> Iterator[None]:
+        if not math.isfinite(seconds):
+            yield
+            return
+        ident = next(self.ids)
+        with self.lock:
+            self.due[ident] = (time.monotonic() + seconds, seconds, what)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="trtwarm-s3-deadlines", daemon=True)
+                self.thread.start()
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.due.pop(ident, None)
+
+    def _run(self) -> None:
+        while not self.gate.expired:
+            time.sleep(TICK)
+            now = time.monotonic()
+            with self.lock:
+                late = [(seconds, what) for when, seconds, what in self.due.values() if now > when]
+            if late:
+                seconds, what = late[0]
+                self.gate.expire(f"{what} ran past its {seconds:g} s (--lock-timeout): the store is given up")
 
 
 def _route(endpoint: str | None, bucket: str, region: str, aws: Any) -> tuple[str, Upgrade | None]:

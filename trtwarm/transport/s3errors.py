@@ -46,6 +46,8 @@ def classify(exc: BaseException, where: str, store: Any, verdict: Verdict | None
     endpoint = store.endpoint or "the AWS endpoint"
     if verdict is not None and verdict.kind == "refused":
         return Refused(f"{where}: {verdict.reason}")
+    if verdict is not None and verdict.kind == "expired":
+        return RemoteUnreachable(f"{where}: {verdict.reason}")
     if verdict is not None and verdict.kind == "tls":
         return RemoteUnreachable(f"{where}: {endpoint} did not answer in TLS: is it a plain-http endpoint? "
                                  f"({verdict.reason})", hint="use http:// in AWS_ENDPOINT_URL (with "
