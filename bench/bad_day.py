@@ -13,7 +13,6 @@ import hashlib
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,25 +20,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 
-def _init(model: Path, cache: Path, handoff: Path, url: str, *extra: str) -> list[str]:
-    from conftest import cmd_init_args
-
-    args = cmd_init_args(model, cache, handoff, "--remote", url, *extra)
-    args[args.index("--build-command") + 1] = "sh -c 'head -c 3145728 /dev/zero > {output}'"
-    return args
-
-
 def scenarios(work: Path, backend: str, proxy: Any, env: dict[str, str], url: str, model: Path,
               is_blob: Any, is_meta: Any) -> list[tuple[str, Any]]:
     """(name, result) of each scenario against *proxy* (in front of the backend's real server)."""
-    from hostile import endless, hold, run_measured, trickle_body, trickle_head
+    from hostile import after_seen, build_args, endless, hold, run_measured, trickle_body, trickle_head
 
     rows: list[tuple[str, Any]] = []
     n = iter(range(100))
 
     def pull(*extra: str) -> list[str]:
         i = next(n)
-        return _init(model, work / f"{backend}-c{i}", work / f"{backend}-h{i}", url, "--read-only", *extra)
+        return build_args(model, work / f"{backend}-c{i}", work / f"{backend}-h{i}", url, "--read-only", *extra)
 
     def case(name: str, predicate: Any, behaviour: Any, args: list[str], when: Any = None) -> None:
         proxy.reset()
@@ -47,35 +38,26 @@ def scenarios(work: Path, backend: str, proxy: Any, env: dict[str, str], url: st
         run, after = run_measured(args, env, timeout=300, signal_when=when)
         rows.append((name, (run.returncode, after if when else run.seconds, run.peak_mb)))
 
-    def after_seen(predicate: Any, wait: float) -> Any:
-        seen: list[float] = []
-
-        def ready() -> bool:
-            if not seen and any(predicate(r) for r in proxy.seen):
-                seen.append(time.monotonic())
-            return bool(seen) and time.monotonic() - seen[0] > wait
-        return ready
-
     case("`remote ls`, black hole", lambda r: True, hold, ["remote", "ls", "--remote", url])
     case("pull-only init `--lock-timeout 10s`, black hole", lambda r: True, hold, pull("--lock-timeout", "10s"))
     case("pull-only init, headers at 1 byte/s", is_meta, trickle_head, pull())
     case("pull-only init, blob body at 1 byte/s", is_blob, trickle_body, pull())
     case("pull-only init, endless 503 body", is_meta, endless(503), pull())
     case("SIGTERM, pull-only init, blob body at 1 byte/s", is_blob, trickle_body, pull(),
-         after_seen(is_blob, 2.0))
-    case("SIGTERM, pull-only init, black hole", lambda r: True, hold, pull(), after_seen(lambda r: True, 2.0))
+         after_seen(proxy, is_blob, 2.0))
+    case("SIGTERM, pull-only init, black hole", lambda r: True, hold, pull(), after_seen(proxy, lambda r: True, 2.0))
     i = next(n)
     report = work / f"{backend}-h{i}" / "engine.json"
-    push = _init(model, work / f"{backend}-c{i}", work / f"{backend}-h{i}", url, "--builder-version", "bench-push")
+    push = build_args(model, work / f"{backend}-c{i}", work / f"{backend}-h{i}", url, "--builder-version", "bench-push")
+    pushing = after_seen(proxy, lambda r: report.exists() and r.method in ("HEAD", "PUT"), 2.0)
     case("SIGTERM, builder's push after the hand-off, black hole", lambda r: r.method in ("HEAD", "PUT", "POST"),
-         hold, push, lambda: report.exists() and any(r.method in ("HEAD", "PUT") for r in proxy.seen)
-         and time.sleep(2.0) is None)
+         hold, push, pushing)
     return rows
 
 
 def main() -> None:
     from conftest import run_trtwarm
-    from hostile import Hostile
+    from hostile import Hostile, build_args
     from registry import Registry
     from s3server import SeaweedServer
 
@@ -94,8 +76,8 @@ def main() -> None:
         try:
             for backend, port, env0 in (("s3", weed.s3_port, weed.env()), ("oci", int(reg.addr.split(":")[1]),
                                                                               oci_env)):
-                seed = run_trtwarm(*_init(model, work / f"seed-{backend}", work / f"hseed-{backend}",
-                                          "s3://engines/bench" if backend == "s3" else f"oci://{reg.addr}/engines/bench"),
+                direct = "s3://engines/bench" if backend == "s3" else f"oci://{reg.addr}/engines/bench"
+                seed = run_trtwarm(*build_args(model, work / f"seed-{backend}", work / f"hseed-{backend}", direct),
                                    env=env0)
                 assert seed.returncode == 0, seed.stderr
                 engine = Path(json.loads((work / f"hseed-{backend}" / "engine.json").read_text())["path"])

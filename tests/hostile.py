@@ -295,7 +295,7 @@ class Elsewhere:
         self.proxy.close()
 
 
-# --- running a real trtwarm under a hostile peer -----------------------------------------------------------------------
+# --- running a real trtwarm under a hostile peer ----------------------------------------------------------------------
 @dataclass
 class Measured:
     """A finished ``trtwarm`` process: its exit code, wall time, peak memory (its own ``ru_maxrss``), output."""
@@ -334,7 +334,7 @@ def run_measured(args: list[str], env: dict[str, str], timeout: float = 180.0,
             now = time.monotonic()
             if signalled is None and signal_when is not None and signal_when():
                 os.kill(proc.pid, signum)
-                signalled = now
+                signalled = time.monotonic()
             if now - start > timeout:
                 os.killpg(proc.pid, signals.SIGKILL)
             time.sleep(0.02)
@@ -347,5 +347,49 @@ def run_measured(args: list[str], env: dict[str, str], timeout: float = 180.0,
     return run, (ended - signalled if signalled is not None else None)
 
 
-__all__ = ["Elsewhere", "Hostile", "Measured", "Reply", "Request", "answer", "duplicated", "endless", "forward",
-           "hold", "huge", "nested", "rewrite", "run_measured", "send", "trickle_body", "trickle_head"]
+# --- what every bad-day case shares ----------------------------------------------------------------------------------
+#: the engine the cases pull and push (bytes): long enough that a trickle or a cut lands inside its body
+ENGINE = 3 << 20
+
+
+def build_args(model: Any, cache: Any, handoff: Any, url: str, *extra: str) -> list[str]:
+    """A builder init of an ``ENGINE``-byte engine (the same bytes every time: the same key, the same blob)."""
+    from conftest import cmd_init_args
+
+    args = cmd_init_args(model, cache, handoff, "--remote", url, *extra)
+    args[args.index("--build-command") + 1] = f"sh -c 'head -c {ENGINE} /dev/zero > {{output}}'"
+    return args
+
+
+def nothing_handed_over(tmp_path: Any) -> None:
+    """No entry in ``tmp_path/c``, no staging debris, no hand-off in ``tmp_path/h`` that says ready, no engine link."""
+    from conftest import debris, entries
+
+    assert entries(tmp_path / "c") == [] and debris(tmp_path / "c") == []
+    report = tmp_path / "h" / "engine.json"
+    assert not report.exists() or json.loads(report.read_text()).get("ready") is False
+    assert not (tmp_path / "h" / "engine").exists()
+
+
+def flip(request: Request, reply: Reply) -> Reply:
+    """The answer with one byte of its body changed (same length): a GET that disagrees with its HEAD."""
+    body = bytearray(reply.body)
+    if body:
+        body[len(body) // 2] ^= 0xFF
+    return Reply(reply.status, reply.headers, bytes(body), reply.reason)
+
+
+def after_seen(proxy: Hostile, predicate: Predicate, wait: float) -> Callable[[], bool]:
+    """True once *proxy* has seen a request matching *predicate* and *wait* more seconds passed (when to signal)."""
+    seen: list[float] = []
+
+    def ready() -> bool:
+        if not seen and any(predicate(r) for r in list(proxy.seen)):
+            seen.append(time.monotonic())
+        return bool(seen) and time.monotonic() - seen[0] > wait
+    return ready
+
+
+__all__ = ["ENGINE", "Elsewhere", "Hostile", "Measured", "Reply", "Request", "after_seen", "answer", "build_args",
+           "duplicated", "endless", "flip", "forward", "hold", "huge", "nested", "nothing_handed_over", "rewrite",
+           "run_measured", "send", "trickle_body", "trickle_head"]

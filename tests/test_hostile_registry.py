@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import cmd_init_args, debris, entries, run_trtwarm
-from hostile import (Elsewhere, Hostile, Reply, Request, answer, duplicated, endless, hold, huge, nested, rewrite,
-                     run_measured, trickle_body, trickle_head)
+from conftest import entries, run_trtwarm
+from hostile import (Elsewhere, Hostile, Reply, Request, after_seen, answer, build_args, duplicated, endless, flip,
+                     hold, huge, nested, nothing_handed_over, rewrite, run_measured, trickle_body, trickle_head)
 from registry import Registry, registry_binary
 
 from trtwarm.cli.demo import make_model
@@ -31,7 +30,6 @@ if registry_binary() is None:
 FAST = {"TRTWARM_REMOTE_READ_TIMEOUT": "2s", "TRTWARM_REMOTE_RETRY_TIMEOUT": "3s",
         "TRTWARM_REMOTE_CONNECT_TIMEOUT": "2s"}
 PEAK_MB = 300
-ENGINE = 3 << 20  # bytes: a body long enough that a trickle or a cut lands inside it
 USER = ("ci", "registry-secret-5678")
 
 
@@ -61,11 +59,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Any:
     locked.stop()
 
 
-def build_args(model: Path, cache: Path, handoff: Path, url: str, *extra: str) -> list[str]:
-    """A builder init of a ``ENGINE``-byte engine (the same bytes every time: the same key, the same blob)."""
-    args = cmd_init_args(model, cache, handoff, "--remote", url, *extra)
-    args[args.index("--build-command") + 1] = f"sh -c 'head -c {ENGINE} /dev/zero > {{output}}'"
-    return args
 
 
 @pytest.fixture
@@ -98,12 +91,6 @@ def pull_only(world: dict[str, Any], proxy: Hostile, tmp_path: Path, *extra: str
                       "--lock-timeout", "20s", *extra)
 
 
-def nothing_handed_over(tmp_path: Path) -> None:
-    """No entry, no staging debris, no hand-off that says ready, no engine link."""
-    assert entries(tmp_path / "c") == [] and debris(tmp_path / "c") == []
-    report = tmp_path / "h" / "engine.json"
-    assert not report.exists() or json.loads(report.read_text()).get("ready") is False
-    assert not (tmp_path / "h" / "engine").exists()
 
 
 def manifests(r: Request) -> bool:
@@ -118,14 +105,9 @@ def blob(world: dict[str, Any]) -> Any:
     return lambda r: r.method == "GET" and r.path.endswith(world["blob"])
 
 
-def flip(request: Request, reply: Reply) -> Reply:
-    body = bytearray(reply.body)
-    if body:
-        body[len(body) // 2] ^= 0xFF
-    return Reply(reply.status, reply.headers, bytes(body), reply.reason)
 
 
-# --- the pull-only init: exit code, time, memory, nothing handed over --------------------------------------------------
+# --- the pull-only init: exit code, time, memory, nothing handed over -------------------------------------------------
 PULL_CASES = [
     # (id, predicate, behaviour, exit code, seconds at most, words in the log)
     ("black-hole-manifest", manifests, hold, 13, 12, "did not answer"),
@@ -182,7 +164,7 @@ def test_remote_ls_against_a_black_hole_costs_one_default_budget(world: dict[str
     assert "waiting for oci://" in run.stderr and "gives up after about 22 s" in run.stderr
 
 
-# --- listings ------------------------------------------------------------------------------------------------------------
+# --- listings ---------------------------------------------------------------------------------------------------------
 LS_CASES = [
     ("self-link", rewrite(lambda req, rep: Reply(rep.status, rep.headers + [("Link", f'<{req.target}>; rel="next"')],
                                                  rep.body)), 10, "loop back"),
@@ -206,7 +188,7 @@ def test_remote_ls_against_a_bad_tag_listing(world: dict[str, Any], proxy: Hosti
     assert "Traceback" not in run.stderr
 
 
-# --- another origin: the registry's credentials never leave it ---------------------------------------------------------
+# --- another origin: the registry's credentials never leave it --------------------------------------------------------
 def _elsewhere_location(other: Elsewhere) -> Any:
     def change(request: Request, reply: Reply) -> Reply:
         location = reply.header("Location") or ""
@@ -224,7 +206,7 @@ def test_an_upload_location_on_another_origin_gets_no_credentials(world: dict[st
         matrix = tmp_path / "matrix.json"
         matrix.write_text(json.dumps({"models": [{"model": str(world["model"])}], "options": {
             "builder": "command", "builder-version": "other-1", "device": "cpu",
-            "build-command": f"sh -c 'head -c 1000 /dev/zero > {{output}}'"}}))
+            "build-command": "sh -c 'head -c 1000 /dev/zero > {output}'"}}))
         run, _ = run_measured(["prebuild", "--matrix", str(matrix), "--remote", url_of(locked_proxy)],
                               auth_env(world, locked_proxy, tmp_path))
         assert run.returncode == 11 and "never sent to another origin" in run.stderr, run.stderr[-2000:]
@@ -240,7 +222,8 @@ def test_a_tag_page_link_to_another_origin_is_refused_and_gets_nothing(world: di
     try:
         locked_proxy.on(tags, rewrite(lambda req, rep: Reply(rep.status, rep.headers + [
             ("Link", f'<http://{other.addr}/v2/engines/bad/tags/list?last=x>; rel="next"')], rep.body)))
-        run, _ = run_measured(["remote", "ls", "--remote", url_of(locked_proxy)], auth_env(world, locked_proxy, tmp_path))
+        run, _ = run_measured(["remote", "ls", "--remote", url_of(locked_proxy)],
+                              auth_env(world, locked_proxy, tmp_path))
         assert run.returncode == 10 and "next page on another origin" in run.stderr, run.stderr[-2000:]
         assert other.requests == []
     finally:
@@ -263,7 +246,7 @@ def test_a_blob_redirect_to_another_origin_gets_no_credentials(world: dict[str, 
         other.close()
 
 
-# --- pushes -------------------------------------------------------------------------------------------------------------
+# --- pushes -----------------------------------------------------------------------------------------------------------
 def test_a_registry_that_answers_201_and_stores_nothing_fails_a_required_push(
         world: dict[str, Any], proxy: Hostile, tmp_path: Path) -> None:
     proxy.on(lambda r: r.method == "PUT" and "/manifests/" in r.path, answer(201))
@@ -283,18 +266,12 @@ def test_a_push_never_retries_a_post_blindly(world: dict[str, Any], proxy: Hosti
     assert json.loads((tmp_path / "h" / "engine.json").read_text())["remote"]["push"] == "failed"
 
 
-# --- SIGTERM --------------------------------------------------------------------------------------------------------------
+# --- SIGTERM ----------------------------------------------------------------------------------------------------------
 def test_sigterm_during_a_trickled_blob_exits_143_within_5_s(world: dict[str, Any], proxy: Hostile,
                                                               tmp_path: Path) -> None:
     proxy.on(blob(world), trickle_body)
     env = {**world["env"], "TRTWARM_REMOTE_READ_TIMEOUT": "60s", "TRTWARM_REMOTE_MIN_RATE": "1"}
-    started: list[float] = []
-
-    def in_the_body() -> bool:
-        if not started and any(blob(world)(r) for r in proxy.seen):
-            started.append(time.monotonic())
-        return bool(started) and time.monotonic() - started[0] > 1.5
-
+    in_the_body = after_seen(proxy, blob(world), 1.5)
     run, after = run_measured(pull_only(world, proxy, tmp_path), env, signal_when=in_the_body)
     assert run.returncode == 143 and after is not None and after <= 5, (run.returncode, after, run.stderr[-2000:])
     nothing_handed_over(tmp_path)
@@ -306,13 +283,7 @@ def test_sigterm_during_a_black_holed_push_after_the_hand_off_keeps_the_hand_off
     env = {**world["env"], "TRTWARM_REMOTE_READ_TIMEOUT": "60s", "TRTWARM_REMOTE_RETRY_TIMEOUT": "60s"}
     args = build_args(world["model"], tmp_path / "c", tmp_path / "h", url_of(proxy), "--builder-version", "push-1")
     report = tmp_path / "h" / "engine.json"
-    holding: list[float] = []
-
-    def pushing() -> bool:
-        if not holding and report.exists() and any(r.method == "HEAD" for r in proxy.seen):
-            holding.append(time.monotonic())
-        return bool(holding) and time.monotonic() - holding[0] > 1.0
-
+    pushing = after_seen(proxy, lambda r: report.exists() and r.method in ("HEAD",), 1.0)
     run, after = run_measured(args, env, signal_when=pushing)
     assert run.returncode == 143 and after is not None and after <= 5, (run.returncode, after, run.stderr[-2000:])
     doc = json.loads(report.read_text())

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import cmd_init_args, debris, entries, run_trtwarm
-from hostile import (Elsewhere, Hostile, Reply, Request, answer, duplicated, endless, hold, huge, nested, rewrite,
-                     run_measured, trickle_body, trickle_head)
+from conftest import entries, run_trtwarm
+from hostile import (Elsewhere, Hostile, Reply, Request, after_seen, answer, build_args, duplicated, endless, flip,
+                     hold, huge, nested, nothing_handed_over, rewrite, run_measured, trickle_body, trickle_head)
 from s3server import SeaweedServer, weed_binary
 
 from trtwarm.cli.demo import make_model
@@ -25,7 +24,6 @@ pytestmark = pytest.mark.skipif(weed_binary() is None, reason="the weed binary (
 FAST = {"TRTWARM_REMOTE_READ_TIMEOUT": "2s", "TRTWARM_REMOTE_RETRY_TIMEOUT": "3s",
         "TRTWARM_REMOTE_CONNECT_TIMEOUT": "2s"}
 PEAK_MB = 300
-ENGINE = 3 << 20
 URL = "s3://engines/bad"
 
 
@@ -44,10 +42,6 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Any:
     server.stop()
 
 
-def build_args(model: Path, cache: Path, handoff: Path, url: str, *extra: str) -> list[str]:
-    args = cmd_init_args(model, cache, handoff, "--remote", url, *extra)
-    args[args.index("--build-command") + 1] = f"sh -c 'head -c {ENGINE} /dev/zero > {{output}}'"
-    return args
 
 
 @pytest.fixture
@@ -66,11 +60,6 @@ def pull_only(world: dict[str, Any], tmp_path: Path, *extra: str) -> list[str]:
                       *extra)
 
 
-def nothing_handed_over(tmp_path: Path) -> None:
-    assert entries(tmp_path / "c") == [] and debris(tmp_path / "c") == []
-    report = tmp_path / "h" / "engine.json"
-    assert not report.exists() or json.loads(report.read_text()).get("ready") is False
-    assert not (tmp_path / "h" / "engine").exists()
 
 
 def refs(r: Request) -> bool:
@@ -85,11 +74,6 @@ def blob(world: dict[str, Any]) -> Any:
     return lambda r: r.method == "GET" and r.path.endswith(world["blob"])
 
 
-def flip(request: Request, reply: Reply) -> Reply:
-    body = bytearray(reply.body)
-    if body:
-        body[len(body) // 2] ^= 0xFF
-    return Reply(reply.status, reply.headers, bytes(body), reply.reason)
 
 
 def chunked_forever(proxy: Hostile, request: Request, conn: Any) -> None:
@@ -206,13 +190,7 @@ def test_sigterm_during_a_trickled_blob_exits_143_within_5_s(world: dict[str, An
                                                               tmp_path: Path) -> None:
     proxy.on(blob(world), trickle_body)
     env = {**env_for(world, proxy), "TRTWARM_REMOTE_READ_TIMEOUT": "60s", "TRTWARM_REMOTE_MIN_RATE": "1"}
-    started: list[float] = []
-
-    def in_the_body() -> bool:
-        if not started and any(blob(world)(r) for r in proxy.seen):
-            started.append(time.monotonic())
-        return bool(started) and time.monotonic() - started[0] > 1.5
-
+    in_the_body = after_seen(proxy, blob(world), 1.5)
     run, after = run_measured(pull_only(world, tmp_path), env, signal_when=in_the_body)
     assert run.returncode == 143 and after is not None and after <= 5, (run.returncode, after, run.stderr[-2000:])
     nothing_handed_over(tmp_path)
@@ -222,8 +200,7 @@ def test_sigterm_during_a_black_holed_pull_exits_143_within_5_s(world: dict[str,
                                                                  tmp_path: Path) -> None:
     proxy.on(lambda r: True, hold)
     env = {**env_for(world, proxy), "TRTWARM_REMOTE_READ_TIMEOUT": "60s", "TRTWARM_REMOTE_RETRY_TIMEOUT": "60s"}
-    run, after = run_measured(pull_only(world, tmp_path), env, signal_when=lambda: len(proxy.seen) > 0 and (
-        time.sleep(1.0) is None))
+    run, after = run_measured(pull_only(world, tmp_path), env, signal_when=after_seen(proxy, lambda r: True, 1.0))
     assert run.returncode == 143 and after is not None and after <= 5, (run.returncode, after, run.stderr[-2000:])
     nothing_handed_over(tmp_path)
 
@@ -234,13 +211,7 @@ def test_sigterm_during_a_black_holed_push_after_the_hand_off_keeps_the_hand_off
     env = {**env_for(world, proxy), "TRTWARM_REMOTE_READ_TIMEOUT": "60s", "TRTWARM_REMOTE_RETRY_TIMEOUT": "60s"}
     args = build_args(world["model"], tmp_path / "c", tmp_path / "h", URL, "--builder-version", "push-1")
     report = tmp_path / "h" / "engine.json"
-    holding: list[float] = []
-
-    def pushing() -> bool:
-        if not holding and report.exists() and any(r.method in ("HEAD", "PUT") for r in proxy.seen):
-            holding.append(time.monotonic())
-        return bool(holding) and time.monotonic() - holding[0] > 1.0
-
+    pushing = after_seen(proxy, lambda r: report.exists() and r.method in ("HEAD", "PUT"), 1.0)
     run, after = run_measured(args, env, signal_when=pushing)
     assert run.returncode == 143 and after is not None and after <= 5, (run.returncode, after, run.stderr[-2000:])
     doc = json.loads(report.read_text())

@@ -19,7 +19,7 @@ import http.client
 import logging
 import ssl
 import threading
-from typing import Any, BinaryIO, Protocol
+from typing import BinaryIO, Protocol
 
 from trtwarm.errors import RemoteError, RemoteUnreachable
 from trtwarm.transport import breaker, stop, waits
