@@ -163,6 +163,16 @@ def test_redirect_loops_and_chains_are_refused(server: Hostile) -> None:
         HttpClient(FAST).request("GET", f"{server.endpoint}/n0")
 
 
+@pytest.mark.parametrize("location", ["/v2/a b", "/v2/a\x7fb", "ftp://elsewhere/x", "http://[::1"])
+def test_a_redirect_to_a_url_no_request_can_carry_is_refused(server: Hostile, location: str) -> None:
+    def redirect(proxy: Hostile, request: Any, conn: Any) -> None:
+        conn.sendall(b"HTTP/1.1 302 Found\r\nLocation: " + location.encode() + b"\r\nContent-Length: 0\r\n\r\n")
+    server.on(lambda r: True, redirect)
+    error, took = timed(lambda: HttpClient(FAST).request("GET", f"{server.endpoint}/x"))
+    assert isinstance(error, (Refused, RemoteError)) and took < 1, error
+    assert len(server.seen) == 1
+
+
 @pytest.mark.parametrize("body, words", [(b"x" * 5000, "larger than 4096 bytes"),
                                          (b'{"a": 1, "a": 2}', "given twice"),
                                          (b"[" * 100_000 + b"]" * 100_000, "larger than|nested deeper"),

@@ -271,7 +271,7 @@ def _head(answer: Answer, length: int | None) -> bytes:
         low = name.lower()
         if low in _HOP or (low == "content-length" and length is not None):
             continue
-        lines.append(f"{name}: {value}")
+        lines.append(f"{name}: {' '.join(str(value).split())}")  # a folded value, unfolded
     if length is not None:
         lines.append(f"Content-Length: {length}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")

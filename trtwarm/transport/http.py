@@ -181,6 +181,8 @@ class HttpClient:
         req.rewind()
         try:
             return self.exchange(req.method, req.url, req.headers_now(), req.body, req.size, clock)
+        except http.client.InvalidURL as exc:  # a Location or Link with characters a request line cannot carry
+            raise Refused(f"{req.method} {req.url[:160]!r}: {exc}: refused") from None
         except (Stalled, OSError, http.client.HTTPException) as exc:
             why = _why(exc)
             if may_retry(req.method, status=None, sent=clock.connected):

@@ -91,7 +91,10 @@ def parse_limits(environ: Mapping[str, str]) -> Limits:
     waits = {name: _positive(environ, name, flag, default) for flag, name, default, _text in SETTINGS
              if name != "TRTWARM_REMOTE_MIN_RATE"}
     rate_text = environ.get("TRTWARM_REMOTE_MIN_RATE") or "32K"
-    rate = parse_size(rate_text)
+    try:
+        rate = parse_size(rate_text)
+    except ConfigError as exc:
+        raise ConfigError(f"--remote-min-rate / TRTWARM_REMOTE_MIN_RATE: {exc.message}", hint=exc.hint) from None
     if rate < 1:
         raise ConfigError(f"--remote-min-rate / TRTWARM_REMOTE_MIN_RATE {rate_text!r} must be at least 1 byte/s",
                           hint="e.g. --remote-min-rate 32K: a body slower than this fails")
@@ -104,7 +107,7 @@ def parse_limits(environ: Mapping[str, str]) -> Limits:
 
 def _positive(environ: Mapping[str, str], name: str, flag: str, default: str) -> float:
     """A duration setting that must be above zero (a zero timeout would fail every request, or wait forever)."""
-    value = parse_duration(environ.get(name) or default)
+    value = parse_duration(environ.get(name) or default, f"{flag} / {name}")
     if value <= 0:
         raise ConfigError(f"{flag} / {name} {environ.get(name)!r} must be above zero",
                           hint=f"e.g. {flag} {default}: zero would fail every request")
