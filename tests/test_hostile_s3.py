@@ -86,7 +86,7 @@ PULL_CASES = [
     ("ref-headers-1-byte-per-second", refs, trickle_head, 13, 12, "no complete answer within 2 s"),
     ("blob-body-1-byte-per-second", "blob", trickle_body, 13, 20, "slower than the 32 KiB/s minimum"),
     ("endless-503-on-ref", refs, endless(503), 10, 15, "larger than 65536 bytes"),
-    ("endless-500-on-blob", "blob", endless(500), 10, 15, "larger than 65536 bytes"),
+    ("endless-500-on-blob", "blob", endless(500), 10, 15, "status 500"),
     ("huge-404-body-on-ref", refs, huge(404, 200 << 20), 10, 15, "larger than 65536 bytes"),
     ("endless-ref-without-length", refs, chunked_forever, 10, 15, "without a Content-Length"),
     ("retry-after-an-hour", refs, answer(503, b"<Error><Code>SlowDown</Code></Error>", [("Retry-After", "3600")]),

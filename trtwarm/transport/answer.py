@@ -38,6 +38,7 @@ class Answer:
         #: a stall while reading the body marks the origin down for the process (a request's answer; not one the
         #: gate relays: obstore retries it, and the S3 client judges the store)
         self.trips = False
+        self.peer = str(self.origin)  # the key the breaker remembers the peer by
 
     def header(self, name: str) -> str | None:
         """The value of header *name*, or None."""
@@ -53,7 +54,7 @@ class Answer:
         except Stalled as exc:
             self.close()
             if self.trips:
-                breaker.trip(str(self.origin), str(exc))
+                breaker.trip(self.peer, str(exc))
             raise RemoteUnreachable(f"{what}: {self.origin} did not answer ({exc})") from None
         except (OSError, http.client.HTTPException) as exc:
             self.close()

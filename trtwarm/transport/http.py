@@ -144,35 +144,40 @@ class HttpClient:
     # --- one request --------------------------------------------------------------------------------------------------
     def request(self, method: str, url: str, *, headers: dict[str, str] | None = None,
                 body: bytes | BinaryIO | None = None, size: int | None = None, auth: Auth | None = None,
-                what: str = "", name: str = "") -> Answer:
+                what: str = "", name: str = "", peer: str = "", redirects: bool = True) -> Answer:
         """*method* on *url* with retries, redirects (GET, HEAD) and *auth* on its own origin only.
 
-        :param what: the request in the log (``GET manifests/<key>``); *name*: the peer in the log (its origin)
+        :param what: the request in the log (``GET manifests/<key>``); *name*: the peer in the log (its origin);
+            *peer*: the key the process remembers it by when it is dead (its origin; an S3 store's description, so
+            its requests through obstore and these share one memory); *redirects*: False to return a redirect as
+            the answer it is (an S3 store never redirects a presigned GET elsewhere)
         :raises RemoteUnreachable: no answer after the retries (the origin is then skipped for the rest of the
             process); :raises Refused: a redirect loop or too many; :raises RemoteError: a ``Retry-After`` beyond
             the budget
         """
-        peer = str(origin_of(url))
-        budget = Budget(self.limits)
-        with waits.waiting(name or peer, what or f"{method} {target_of(url)[:80]}", self.limits.budget, self.progress):
-            return self._run(_Request(method, url, dict(headers or {}), body, size, auth), budget)
+        req = _Request(method, url, dict(headers or {}), body, size, auth, peer)
+        req.redirects = redirects
+        with waits.waiting(name or str(req.origin), what or f"{method} {shown(url)[:80]}", self.limits.budget,
+                           self.progress):
+            return self._run(req, Budget(self.limits))
 
     def _run(self, req: _Request, budget: Budget) -> Answer:
         while True:
             stop.check()
-            breaker.check(str(req.origin))
+            breaker.check(req.peer or str(req.origin))
             answer = self._try(req, budget)
             if answer is None:
                 continue
             if answer.status == 401 and req.may_challenge(answer):
                 continue
-            if answer.status in REDIRECTS and req.method in ("GET", "HEAD") and answer.header("Location"):
+            if answer.status in REDIRECTS and req.redirects and req.method in ("GET", "HEAD") and \
+                    answer.header("Location"):
                 req.follow(answer)
                 continue
             if may_retry(req.method, status=answer.status, sent=True):
                 if self._pause(req, budget, answer):
                     continue
-            answer.trips = True
+            answer.trips, answer.peer = True, req.peer or str(req.origin)
             return answer
 
     def _try(self, req: _Request, budget: Budget) -> Answer | None:
@@ -182,7 +187,7 @@ class HttpClient:
         try:
             return self.exchange(req.method, req.url, req.headers_now(), req.body, req.size, clock)
         except http.client.InvalidURL as exc:  # a Location or Link with characters a request line cannot carry
-            raise Refused(f"{req.method} {req.url[:160]!r}: {exc}: refused") from None
+            raise Refused(f"{req.method} {shown(req.url)!r}: {exc}: refused") from None
         except (Stalled, OSError, http.client.HTTPException) as exc:
             why = _why(exc)
             if may_retry(req.method, status=None, sent=clock.connected):
@@ -190,8 +195,8 @@ class HttpClient:
                 if delay is not None:
                     stop.sleep(delay)
                     return None
-            breaker.trip(str(req.origin), why)
-            raise RemoteUnreachable(f"{req.method} {req.url[:160]}: {req.origin} did not answer ({why}; "
+            breaker.trip(req.peer or str(req.origin), why)
+            raise RemoteUnreachable(f"{req.method} {shown(req.url)}: {req.origin} did not answer ({why}; "
                                     f"{budget.retried} retries in {budget.limits.retry_timeout:g} s)") from None
 
     def _pause(self, req: _Request, budget: Budget, answer: Answer) -> bool:
@@ -201,7 +206,7 @@ class HttpClient:
         left = budget.left()
         if asked is not None and asked > left:
             answer.close()
-            raise RemoteError(f"{req.method} {req.url[:160]}: {req.origin} answered {answer.status} and asks to retry "
+            raise RemoteError(f"{req.method} {shown(req.url)}: {req.origin} answered {answer.status} and asks to retry "
                               f"after {asked:.0f} s, more than the {left:.0f} s left of the request's retry window")
         delay = budget.pause(asked)
         if delay is None:
@@ -223,8 +228,9 @@ class _Request:
     """What one request is, and what following its redirects and challenges has changed."""
 
     def __init__(self, method: str, url: str, headers: dict[str, str], body: bytes | BinaryIO | None,
-                 size: int | None, auth: Auth | None) -> None:
+                 size: int | None, auth: Auth | None, peer: str = "") -> None:
         self.method, self.url, self.body, self.size, self.auth = method.upper(), url, body, size, auth
+        self.peer, self.redirects = peer, True
         self.headers = headers
         self.first = origin_of(url)  # the origin the caller's own headers were set for
         self.origin = self.first
@@ -260,16 +266,21 @@ class _Request:
             url = resolve(self.url, str(answer.header("Location")))
         except ValueError as exc:
             answer.close()
-            raise Refused(f"{self.method} {self.url[:160]}: a redirect to {exc}") from None
+            raise Refused(f"{self.method} {shown(self.url)}: a redirect to {exc}") from None
         answer.excerpt()
         if url in self.seen:
-            raise Refused(f"{self.method} {self.seen[0][:160]}: the redirects loop back to {url[:160]}: refused")
+            raise Refused(f"{self.method} {shown(self.seen[0])}: the redirects loop back to {shown(url)}: refused")
         if len(self.seen) > MAX_REDIRECTS:
-            raise Refused(f"{self.method} {self.seen[0][:160]}: more than {MAX_REDIRECTS} redirects: refused")
+            raise Refused(f"{self.method} {shown(self.seen[0])}: more than {MAX_REDIRECTS} redirects: refused")
         self.seen.append(url)
         self.url, self.origin = url, origin_of(url)
         if self.origin != self.first:
             log.debug("following a redirect to %s without the credentials of %s", self.origin, self.first)
+
+
+def shown(url: str) -> str:
+    """*url* as a message shows it: without its query (a presigned URL's signature, an upload's state)."""
+    return url.split("?", 1)[0][:160]
 
 
 class _Exactly:
@@ -288,4 +299,4 @@ class _Exactly:
         return data
 
 
-__all__ = ["REDIRECTS", "Auth", "HttpClient"]
+__all__ = ["REDIRECTS", "Auth", "HttpClient", "shown"]

@@ -32,8 +32,9 @@ from trtwarm.transport.answer import Refused
 from trtwarm.transport.gate import Gate, Upgrade
 from trtwarm.transport.limits import MAX_BACKOFF, TICK
 from trtwarm.transport.listing import KeyOrder
-from trtwarm.transport.origin import origin_of
-from trtwarm.transport.s3errors import classify, short
+from trtwarm.transport.http import HttpClient
+from trtwarm.transport.origin import origin_of, target_of
+from trtwarm.transport.s3errors import classify, short, status_error
 
 #: credential services obstore reaches itself (instance metadata, ECS, STS): not through the gate
 _DIRECT = "169.254.169.254,169.254.170.2,fd00:ec2::254,sts.amazonaws.com"
@@ -49,6 +50,7 @@ class ObjectStore:
         self.name = remote.describe()
         self._store: Any = None
         self._gate: Gate | None = None
+        self._http: HttpClient | None = None
         self._lock = threading.Lock()
 
     # --- the obstore client ------------------------------------------------------------------------------------------
@@ -80,6 +82,7 @@ class ObjectStore:
         config["aws_endpoint"] = seen
         self._gate = Gate(limits, upgrade)
         self._deadlines = _Deadlines(self._gate)
+        self._http = HttpClient(limits, progress=r.progress, pool=r.concurrency + 4)
         retry = {"max_retries": limits.retries, "retry_timeout": datetime.timedelta(seconds=limits.retry_timeout),
                  "backoff": {"init_backoff": datetime.timedelta(milliseconds=200),
                              "max_backoff": datetime.timedelta(seconds=MAX_BACKOFF), "base": 2.0}}
@@ -132,17 +135,42 @@ class ObjectStore:
         return bytes(self.call("GET", path, lambda _s, _p: result.bytes()))
 
     def stream_range(self, path: str, start: int, length: int, piece: int) -> Iterator[memoryview]:
-        """Bytes ``[start, start+length)`` of *path* as they arrive, in pieces of about *piece* bytes (obstore
-        joins the frames up to that size). :raises FileNotFoundError:, RemoteError:"""
+        """Bytes ``[start, start+length)`` of *path* as they arrive, in pieces of at most *piece* bytes (each valid
+        until the next is asked for). The bulk of a pull: a URL obstore presigns, fetched by the transport's own
+        client straight from the store (no hop through the gate; measured cheaper than obstore's own stream).
+        :raises FileNotFoundError:, RemoteError:"""
         import obstore
 
-        result = self.call("GET", path, obstore.get, options={"range": (start, start + length)})
-        pieces = iter(result.stream(min_chunk_size=piece))
-        while True:  # each step reads the body: its failures are typed like the request's
-            data = self.call("GET", path, lambda _s, _p: next(pieces, None))
-            if data is None:
-                return
-            yield memoryview(data)
+        url = self._real(self.call("SIGN", path, lambda s, p: obstore.sign(s, "GET", p, datetime.timedelta(hours=1))))
+        what = f"GET {self.remote.url}/{path} at {start}"
+        with self.http.request("GET", url, headers={"Range": f"bytes={start}-{start + length - 1}"}, what=what,
+                               name=self.name, peer=self.name, redirects=False) as answer:
+            if answer.status == 404:
+                raise FileNotFoundError(path)
+            if answer.status not in (200, 206):
+                raise status_error(answer, what)
+            skip = start if answer.status == 200 else 0  # a store that ignores Range sends the whole object
+            for data in answer.stream(piece, what):
+                if skip:
+                    cut = min(skip, len(data))
+                    data, skip = data[cut:], skip - cut
+                if data:
+                    yield data
+
+    @property
+    def http(self) -> HttpClient:
+        """The transport's client for presigned requests (built with the store)."""
+        self.store  # noqa: B018 (builds the gate and the client)
+        assert self._http is not None
+        return self._http
+
+    def _real(self, signed: str) -> str:
+        """A URL obstore signed for its ``http://`` endpoint, pointed at the store itself (TLS where it speaks it;
+        the signature covers host, path and query, not the scheme)."""
+        assert self._gate is not None
+        upgrade = self._gate.upgrade
+        real = upgrade.target(origin_of(signed)) if upgrade is not None else None
+        return signed if real is None else f"https://{real.netloc}{target_of(signed)}"
 
     def put_create(self, path: str, data: bytes) -> bool:
         """Create *path* only if absent (``If-None-Match: *``). :return: True if this call created it"""

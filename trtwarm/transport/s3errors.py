@@ -66,4 +66,16 @@ def classify(exc: BaseException, where: str, store: Any, verdict: Verdict | None
     return RemoteError(f"{where}: {short(text)}")
 
 
-__all__ = ["classify", "short"]
+def status_error(answer: Any, where: str) -> RemoteError:
+    """The typed error of an unexpected answer to a presigned request (its body read up to the error cap)."""
+    text = answer.excerpt().decode("utf-8", "replace")
+    code = re.search(r"<Code>([^<]{1,80})</Code>", text)
+    detail = f"status {answer.status}" + (f" ({code[1]})" if code else "")
+    if answer.status in (401, 403) or (code and code[1] in _AUTH_CODES):
+        return RemoteAuthError(f"{where}: the object store refused the credentials or the operation: {detail}")
+    if code and code[1] == "NoSuchBucket":
+        return RemoteBucketError(f"{where}: the bucket does not exist ({detail})")
+    return RemoteError(f"{where}: {detail}")
+
+
+__all__ = ["classify", "short", "status_error"]
