@@ -9,7 +9,7 @@ floor, deadlines), ``origin`` (credentials are bound to scheme, host and port), 
 again, and how long a pause may be), ``answer`` (every body read under a cap, JSON strictly), ``http`` (the HTTP
 client: pool, retries, redirects, credentials per origin), ``listing`` (pages, key order, token chains), ``gate``
 (the in-process proxy obstore talks through, which applies the same contract to every S3 request and answer;
-``relay`` splices an object's body, ``tunnel`` carries a ``CONNECT``), ``s3`` and ``s3errors`` (obstore under the
+``tunnel`` carries a ``CONNECT``), ``s3`` and ``s3errors`` (obstore under the
 contract, its failures typed). Imports only
 base modules (:mod:`trtwarm.errors`, :mod:`trtwarm.config`, :mod:`trtwarm.strictjson`). Contract for users:
 docs/remote.md, "The transport contract".

@@ -26,9 +26,8 @@ class Refused(RemoteError):
 class Answer:
     """The status, headers and body of one answer (its connection held until :meth:`close`)."""
 
-    def __init__(self, response: http.client.HTTPResponse, release: Any, url: str, sock: Any = None) -> None:
+    def __init__(self, response: http.client.HTTPResponse, release: Any, url: str) -> None:
         self.response, self._release, self.url = response, release, url
-        self.sock = sock  # the connection's watched socket (the gate splices a body from it)
         self.status: int = response.status
         self.reason: str = response.reason
         self.headers = response.headers

@@ -43,7 +43,6 @@ from trtwarm.transport.http import HttpClient
 from trtwarm.transport.limits import ERROR_LIMIT, PAGE_LIMIT, SMALL_LIMIT, Limits
 from trtwarm.transport.listing import TokenChains, check_page, is_listing
 from trtwarm.transport.origin import Origin, origin_of, resolve, target_of
-from trtwarm.transport.relay import can_splice, splice_body
 from trtwarm.transport.tunnel import tunnel
 from trtwarm.transport.wire import Clock, Stalled
 
@@ -228,9 +227,6 @@ class Gate:
         if length is None:
             raise Refused(f"{what}: an object's answer without a Content-Length: refused")
         client.sendall(_head(answer, length))
-        if can_splice(answer):
-            splice_body(answer, client, what)  # the kernel moves the bytes; the connection is not reused after
-            return True
         for piece in answer.stream(1 << 20, what):
             client.sendall(piece)
         return True

@@ -101,7 +101,7 @@ class HttpClient:
         except BaseException:
             self._release(conn, False)
             raise
-        return Answer(response, lambda reusable: self._release(conn, reusable), url, conn.sock)
+        return Answer(response, lambda reusable: self._release(conn, reusable), url)
 
     def _take(self, origin: Origin) -> _Connection:
         with self._lock:
