@@ -390,6 +390,83 @@ def after_seen(proxy: Hostile, predicate: Predicate, wait: float) -> Callable[[]
     return ready
 
 
+class TlsRelay:
+    """A TLS front on 127.0.0.1 for a plain server (a store that speaks https): its own CA, written to *cafile*
+    (point ``SSL_CERT_FILE`` at it), a certificate for 127.0.0.1, bytes relayed both ways untouched."""
+
+    def __init__(self, upstream: tuple[str, int], cafile: Any) -> None:
+        import datetime
+        import ipaddress
+        import ssl
+        import tempfile
+
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import NameOID
+
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "trtwarm test store")])
+        now = datetime.datetime.now(datetime.timezone.utc)
+        cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                .serial_number(2).not_valid_before(now - datetime.timedelta(hours=1))
+                .not_valid_after(now + datetime.timedelta(days=1))
+                .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                               critical=False)
+                .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                .sign(key, hashes.SHA256()))
+        pem = cert.public_bytes(serialization.Encoding.PEM)
+        cafile.write_bytes(pem)
+        with tempfile.NamedTemporaryFile(suffix=".pem", delete=False) as both:
+            both.write(pem + key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(both.name)
+        self.upstream = upstream
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
+        self.accepted = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            tls = self.context.wrap_socket(conn, server_side=True)
+        except OSError:
+            conn.close()
+            return
+        self.accepted += 1
+        up = socket.create_connection(self.upstream, timeout=60)
+        threading.Thread(target=_copy, args=(up, tls), daemon=True).start()
+        _copy(tls, up)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def _copy(src: socket.socket, dst: socket.socket) -> None:
+    try:
+        while data := src.recv(1 << 16):
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        close_both(src, dst)
+
+
 __all__ = ["ENGINE", "Elsewhere", "Hostile", "Measured", "Reply", "Request", "after_seen", "answer", "build_args",
            "duplicated", "endless", "flip", "forward", "hold", "huge", "nested", "nothing_handed_over", "rewrite",
-           "run_measured", "send", "trickle_body", "trickle_head"]
+           "run_measured", "send", "trickle_body", "trickle_head", "TlsRelay"]

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from conftest import entries, run_trtwarm
 from hostile import (Elsewhere, Hostile, Reply, Request, after_seen, answer, build_args, duplicated, endless, flip,
-                     hold, huge, nested, nothing_handed_over, rewrite, run_measured, trickle_body, trickle_head)
+                     hold, huge, nested, nothing_handed_over, rewrite, run_measured, trickle_body, trickle_head,
+                     TlsRelay)
 from s3server import SeaweedServer, weed_binary
 
 from trtwarm.cli.demo import make_model
@@ -227,3 +228,29 @@ def test_a_store_that_went_dark_costs_one_budget_then_the_push_is_skipped_at_onc
     doc = json.loads((tmp_path / "h" / "engine.json").read_text())
     assert doc["remote"]["push"] == "failed" and doc["seconds"]["push"] < 2, doc["remote"]
     assert run.stderr.count("skipping it for the rest of this process") == 1
+
+
+def test_an_https_store_with_a_private_ca_pushes_and_pulls_through_the_transport(world: dict[str, Any],
+                                                                                  tmp_path: Path) -> None:
+    """The TLS path obstore no longer takes itself: its requests go to the gate as http and leave it in TLS, a pull's
+    presigned ranges go straight in TLS; the signature holds across the scheme change, the private CA comes from
+    SSL_CERT_FILE, and without it the store is refused as unverified (exit 13, never a silent downgrade)."""
+    front = TlsRelay(("127.0.0.1", world["server"].s3_port), tmp_path / "ca.pem")
+    try:
+        env = {**world["server"].env(), "AWS_ENDPOINT_URL": front.endpoint, "AWS_ALLOW_HTTP": "false",
+               "SSL_CERT_FILE": str(tmp_path / "ca.pem"), **FAST}
+        url = "s3://engines/tls"
+        push = run_trtwarm(*build_args(world["model"], tmp_path / "a", tmp_path / "ha", url, "--builder-version",
+                                       "tls-1"), env=env)
+        assert push.returncode == 0, push.stderr[-2000:]
+        assert json.loads((tmp_path / "ha" / "engine.json").read_text())["remote"]["push"] == "pushed"
+        pull = run_trtwarm(*build_args(world["model"], tmp_path / "b", tmp_path / "hb", url, "--builder-version",
+                                       "tls-1", "--read-only"), env=env)
+        assert pull.returncode == 0 and pull.summary["result"] == "pulled", pull.stderr[-2000:]
+        assert front.accepted >= 2
+        untrusted = {k: v for k, v in env.items() if k != "SSL_CERT_FILE"}
+        refused = run_trtwarm("remote", "ls", "--remote", url, env=untrusted)
+        assert refused.returncode == 13 and "TLS" in refused.stderr and "SSL_CERT_FILE" in refused.stderr, \
+            refused.stderr[-2000:]
+    finally:
+        front.close()
