@@ -208,9 +208,10 @@ def test_remote_coverage_of_tensorrt_rows_without_tensorrt_asks_for_its_version(
 def test_the_waits_come_from_the_variables_and_flags_and_zero_is_refused() -> None:
     remote = parse("s3://b1/p", {"TRTWARM_REMOTE_READ_TIMEOUT": "2s", "TRTWARM_REMOTE_RETRY_TIMEOUT": "1m",
                                  "TRTWARM_REMOTE_CONNECT_TIMEOUT": "3"})
-    assert (remote.read_timeout, remote.retry_timeout, remote.connect_timeout, remote.timeout) == (2, 60, 3, 300)
-    assert remote.budget == 2 + 60 + 2
-    assert parse("s3://b1/p", {}).budget == 22  # the default request budget the docs quote
+    limits = remote.limits
+    assert (limits.read_timeout, limits.retry_timeout, limits.connect_timeout, limits.timeout) == (2, 60, 3, 300)
+    assert limits.budget == 2 + 60 + 2
+    assert parse("s3://b1/p", {}).limits.budget == 22  # the default request budget the docs quote
     for name in ("TRTWARM_REMOTE_READ_TIMEOUT", "TRTWARM_REMOTE_RETRY_TIMEOUT", "TRTWARM_REMOTE_CONNECT_TIMEOUT",
                  "TRTWARM_REMOTE_TIMEOUT"):
         with pytest.raises(ConfigError, match="must be above zero"):
@@ -221,7 +222,7 @@ def test_the_waits_come_from_the_variables_and_flags_and_zero_is_refused() -> No
 
 def test_the_breaker_fails_at_once_after_a_store_failed_and_says_so_once(caplog: pytest.LogCaptureFixture) -> None:
     from trtwarm.errors import RemoteUnreachable
-    from trtwarm.remote import waits
+    from trtwarm.transport import breaker as waits
 
     waits.reset()
     try:
@@ -238,7 +239,7 @@ def test_the_breaker_fails_at_once_after_a_store_failed_and_says_so_once(caplog:
 
 
 def test_a_transfer_line_says_bytes_rate_and_eta() -> None:
-    from trtwarm.remote.waits import _Wait
+    from trtwarm.transport.waits import _Wait
 
     wait = _Wait("s3://a", "pulling e from", 10.0, total=100 << 20, done=25 << 20)
     wait.started -= 5.0

@@ -91,7 +91,12 @@ class EntriesDamaged(TrtwarmError):
 
 
 class Interrupted(TrtwarmError):
-    """SIGINT stopped the command (a build in progress was stopped and its staging directory removed)."""
+    """SIGINT stopped the command (a build in progress was stopped and its staging directory removed).
+
+    :attr:`after_handoff`: it came after ``init`` handed the engine over (during the best-effort push): the
+    hand-off stays as written, ready, and is not replaced by a failure record."""
+
+    after_handoff = False
 
 
 class Terminated(Interrupted):

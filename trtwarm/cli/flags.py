@@ -9,6 +9,7 @@ import argparse
 from collections.abc import Mapping
 
 from trtwarm.cli.defaults import CACHE_PRESET, HANDOFF_PRESET
+from trtwarm.transport.limits import SETTINGS
 
 
 def add_init_flags(p: argparse.ArgumentParser) -> None:
@@ -96,29 +97,20 @@ def add_run_flags(init: argparse.ArgumentParser) -> None:
     add_remote_wait_flags(init)
 
 
-#: the object-store wait flags and their defaults (read by :func:`trtwarm.remote.url.parse` from their variables)
-REMOTE_WAITS = (("--remote-connect-timeout", "5s", "longest TCP/TLS connect to the store"),
-                ("--remote-read-timeout", "5s", "longest wait for the first byte of an answer, or the next bytes of "
-                 "a body; an upload's answer gets 1 s more per MiB of its part"),
-                ("--remote-retry-timeout", "15s", "no retry of a request starts later than this after its first "
-                 "attempt: a store that never answers costs about this + the read timeout + 2 s, once per process "
-                 "(then it is skipped)"),
-                ("--remote-timeout", "300s", "longest single attempt of one request, whole (a large part)"))
-
-
 def add_remote_wait_flags(p: argparse.ArgumentParser) -> None:
-    """The bounds on waiting for the store (``init``, ``remote *``, ``prebuild``)."""
-    for flag, default, text in REMOTE_WAITS:
+    """The bounds on waiting for the store or registry (``init``, ``remote *``, ``prebuild``): the transport
+    contract's settings (:data:`trtwarm.transport.limits.SETTINGS`), the same for every backend."""
+    for flag, _name, default, text in SETTINGS:
         p.add_argument(flag, help=f"{text} ({default})")
 
 
 def remote_environ(ns: argparse.Namespace, environ: Mapping[str, str]) -> dict[str, str]:
     """*environ* with the wait flags given on the command line written over their ``TRTWARM_REMOTE_*`` variables."""
     out = dict(environ)
-    for flag, _default, _text in REMOTE_WAITS:
+    for flag, name, _default, _text in SETTINGS:
         value = getattr(ns, flag[2:].replace("-", "_"), None)
         if value:
-            out["TRTWARM_" + flag[2:].upper().replace("-", "_")] = value
+            out[name] = value
     return out
 
 

@@ -269,6 +269,8 @@ def _parse(args: list[str], command: str | None, environ: Mapping[str, str]) -> 
     return ns
 
 
+#: commands that turn SIGTERM/SIGINT into a clean stop (exit 143/130), every network wait ended at once
+STOPPABLE = ("init", "remote", "prebuild", "prewarm")
 #: commands whose output is their result: a reader closing the pipe early makes them fail (exit 14), not succeed
 #: (``remote gc`` and ``remote rm`` too)
 REPORTING = ("verify", "gc", "rm", "sign")

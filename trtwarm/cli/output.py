@@ -99,7 +99,8 @@ def report_failure(ns: argparse.Namespace | None, exc: TrtwarmError, environ: Ma
 
     settings = getattr(ns, "settings", None)
     handoff.termination_message(settings.termination_log if settings else termination_log_path(environ), doc)
-    if getattr(ns, "handoff_dir", None) and not isinstance(exc, HandoffOnVolume):
+    if getattr(ns, "handoff_dir", None) and not isinstance(exc, HandoffOnVolume) and \
+            not getattr(exc, "after_handoff", False):  # a stop during the push after the hand-off: it stays ready
         handoff.write_failure(Path(ns.handoff_dir).absolute(), {k: v for k, v in doc.items() if k != "log_tail"})
     try:
         print(json.dumps({k: v for k, v in doc.items() if k != "log_tail"}, separators=(",", ":")), flush=True)

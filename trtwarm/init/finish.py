@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm.config import Settings
-from trtwarm.errors import VolumeError
+from trtwarm.errors import Interrupted, VolumeError
 from trtwarm.init import handcopy, handoff, hitrecord, seed
 from trtwarm.init.handoff import WarmReport
 from trtwarm.init.plan import Plan
@@ -61,7 +61,11 @@ def _hand_over(plan: Plan, entry: Entry, result: str, start: float, *, said: Any
         hitrecord.remember(plan, entry, report, said)
     if result == "built" and plan.remote is not None and settings.remote_push == "best-effort":
         pushing = time.monotonic()
-        plan.remote.push(entry)
+        try:
+            plan.remote.push(entry)
+        except Interrupted as exc:  # the engine is handed over: the hand-off stays ready (exit 143/130 all the same)
+            exc.after_handoff = True
+            raise
         report.seconds["push"] = time.monotonic() - pushing  # bounded: one request budget for a hung store
         report.seconds["total"] = time.monotonic() - start
         _hand_off(settings, report, plan.builder.name)  # again, with the push's bytes and seconds

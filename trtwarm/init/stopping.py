@@ -1,4 +1,5 @@
-"""Stopping ``trtwarm init`` cleanly: the Pod's SIGTERM (or a terminal's SIGINT) becomes an exception."""
+"""Stopping ``trtwarm init`` (and the commands that talk to a repository) cleanly: the Pod's SIGTERM (or a terminal's
+SIGINT) becomes an exception, and every network wait of the process ends (:mod:`trtwarm.transport.stop`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import signal
 import sys
 
 from trtwarm.errors import Interrupted, Terminated
+from trtwarm.transport import stop
 
 log = logging.getLogger("trtwarm")
 
@@ -16,7 +18,8 @@ def stop_on_signals(command: str = "init") -> None:
     the code unwinding it stops a build's process group, removes the staging directory and releases the locks, and
     :func:`trtwarm.cli.main.main` writes the termination message and exits 143 / 130. A second signal during that
     cleanup is only logged, so the cleanup itself is not cut short (the kubelet's SIGKILL after the grace period
-    still is)."""
+    still is). Every connect, read, write and retry pause of the transport, in any thread, ends within a tick of the
+    signal (:func:`trtwarm.transport.stop.request`), so transfers in worker threads stop too."""
     stopping: list[int] = []
 
     def handler(signum: int, _frame: object) -> None:
@@ -24,6 +27,7 @@ def stop_on_signals(command: str = "init") -> None:
             log.warning("%s again: still stopping", signal.Signals(signum).name)
             return
         stopping.append(signum)
+        stop.request(signum)
         name = signal.Signals(signum).name
         log.warning("%s received: stopping (a build in progress is stopped and its staging directory removed)",
                     name)

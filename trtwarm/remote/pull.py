@@ -28,7 +28,7 @@ from typing import Any
 
 from trtwarm.errors import RemoteError
 from trtwarm.remote.repo import Repository, blob_path, manifest_files
-from trtwarm.remote.waits import Transfer
+from trtwarm.transport.waits import Transfer
 from trtwarm.volume.verified import Bytes, Dir
 
 log = logging.getLogger("trtwarm.remote")

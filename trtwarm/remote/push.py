@@ -21,7 +21,7 @@ from typing import Any
 
 from trtwarm.errors import RemoteError
 from trtwarm.remote.repo import Repository, blob_path, make_ref, manifest_files
-from trtwarm.remote.waits import Transfer
+from trtwarm.transport.waits import Transfer
 from trtwarm.volume.entry import Entry
 from trtwarm.volume.verified import Bytes
 
@@ -130,6 +130,10 @@ class _Push:
                 log.warning("blob %s (%s) vanished while the ref %s was written (a concurrent `remote gc`); "
                             "uploading it again", row["sha256"][:16], row["path"], key[:16])
                 self.put(row)
+                if not self.repo.has_blob(row["sha256"], row["bytes"]):
+                    raise RemoteError(f"blob {row['sha256'][:16]} ({row['path']}) is missing from {self.repo.url} "
+                                      "right after the store accepted it again", hint="the store (or a proxy before "
+                                      "it) acknowledges uploads without keeping them: check it, then push again")
                 healed += 1
         return healed
 

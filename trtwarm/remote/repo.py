@@ -27,9 +27,9 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from trtwarm import strictjson
 from trtwarm.errors import ManifestInvalid, RemoteError
 from trtwarm.remote.client import Client
+from trtwarm.strictjson import JSONRefused, loads
 from trtwarm.volume.chunks import chunk_problem
 from trtwarm.volume.schema import check_manifest
 
@@ -124,9 +124,9 @@ class Repository:
         if data is None:
             return None
         try:
-            doc = strictjson.loads(data, limit=REF_LIMIT)
-        except strictjson.JSONRefused:
-            raise RemoteError(f"{self.url}/{ref_path(key)} is not JSON") from None
+            doc = loads(data, limit=REF_LIMIT)
+        except JSONRefused as exc:
+            raise RemoteError(f"{self.url}/{ref_path(key)} is refused: {exc}") from None
         return check_ref(doc, key)
 
     def pinned(self, key: str) -> str | None:
@@ -194,18 +194,18 @@ class Repository:
     def create_ref(self, key: str, ref: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
         """Write *key*'s ref unless one exists. :return: (True, ours) if ours is the ref, else (False, the winner's)"""
         body = json.dumps(ref, sort_keys=True, separators=(",", ":")).encode()
+        created = False
         if self.conditional_writes():
-            if self.client.put_create(ref_path(key), body):
-                return True, ref
-        else:
-            if self.get_ref(key) is None:
-                self.client.put_bytes(ref_path(key), body)
-        winner = self.get_ref(key)
+            created = self.client.put_create(ref_path(key), body)
+        elif self.get_ref(key) is None:
+            self.client.put_bytes(ref_path(key), body)
+        winner = self.get_ref(key)  # read back, also after a create: a store may answer 200 and keep nothing
         if winner is None:
-            raise RemoteError(f"{self.url}/{ref_path(key)} vanished right after it was written",
-                              hint="a concurrent `trtwarm remote rm`/gc removed it; push again")
+            raise RemoteError(f"{self.url}/{ref_path(key)} is missing right after the store accepted it",
+                              hint="the store (or a proxy before it) acknowledged the write without keeping it, or "
+                              "a concurrent `trtwarm remote rm`/gc removed it; check the store, then push again")
         ours = winner["manifest"] == ref["manifest"]
-        if ours and not self.conditional_writes():
+        if ours and (created or not self.conditional_writes()):
             return True, winner
         if not ours and not self.conditional_writes():
             log.warning("the store lacks conditional writes and another pusher's ref for %s replaced or preceded "

@@ -257,13 +257,10 @@ class RemoteSync:
 
 def bounded(remote: Any, settings: Any) -> Any:
     """*remote* (a backend's frozen URL dataclass) with the init's ``--progress-interval``, and for a pull-only init
-    its retry window and read timeout capped by ``--lock-timeout``; a field the backend lacks is left alone."""
-    names = {f.name for f in dataclasses.fields(remote)}
-    changes: dict[str, float] = {"progress": settings.progress_interval}
-    if settings.read_only:
-        changes.update({name: min(getattr(remote, name), settings.lock_timeout)
-                        for name in ("retry_timeout", "read_timeout") if name in names})
-    return dataclasses.replace(remote, **{k: v for k, v in changes.items() if k in names})
+    every request (its retries included) ended within ``--lock-timeout``, the longest it may wait for an engine
+    (:meth:`trtwarm.transport.limits.Limits.capped`)."""
+    limits = remote.limits.capped(settings.lock_timeout) if settings.read_only else remote.limits
+    return dataclasses.replace(remote, progress=settings.progress_interval, limits=limits)
 
 
 def _who(built_by: Any) -> str:

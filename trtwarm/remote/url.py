@@ -14,8 +14,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from trtwarm.config import FALSE_VALUES, TRUE_VALUES, parse_duration, parse_size
+from trtwarm.config import FALSE_VALUES, TRUE_VALUES, parse_size
 from trtwarm.errors import ConfigError
+from trtwarm.transport.limits import Limits, parse_limits, whole_number
 
 #: AWS variables handed to the client (credentials among them); workload identity variables are read by it directly
 AWS_KEYS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT", "AWS_REGION", "AWS_DEFAULT_REGION",
@@ -24,8 +25,6 @@ AWS_KEYS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT", "AWS_REGI
             "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "AWS_SKIP_SIGNATURE",
             "AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "AWS_S3_EXPRESS")
 SECRET_KEYS = frozenset({"AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"})
-#: the longest pause between two attempts of one request (object_store backs off exponentially from 200 ms)
-MAX_BACKOFF = 2.0
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.\-_]{1,62}")
 
 
@@ -37,11 +36,7 @@ class RemoteURL:
     prefix: str
     endpoint: str | None = None
     allow_http: bool = False
-    timeout: float = 300.0  # one attempt of one request, whole (a large part over a slow link)
-    connect_timeout: float = 5.0
-    read_timeout: float = 5.0  # no byte of an answer for this long fails the attempt (a hung store)
-    retry_timeout: float = 15.0  # no retry starts later than this after a request's first attempt
-    retries: int = 4
+    limits: Limits = field(default_factory=Limits)  # the transport contract's bounds (trtwarm.transport.limits)
     progress: float = 10.0  # seconds between progress lines (the init's --progress-interval)
     chunk: int = 16 << 20  # ranged-GET size and multipart part size
     concurrency: int = 4  # ranges in flight (parts: half); 8 × 16 MiB peaked at 400 MB RSS here
@@ -55,12 +50,6 @@ class RemoteURL:
     def describe(self) -> str:
         """For logs: the URL and the endpoint, never a credential."""
         return self.url + (f" at {self.endpoint}" if self.endpoint else "")
-
-    @property
-    def budget(self) -> float:
-        """About the longest a request to a store that never answers takes: the retry window, then one more attempt
-        and its backoff (what a hung store costs this process, once: see :mod:`trtwarm.remote.waits`)."""
-        return self.retry_timeout + self.read_timeout + MAX_BACKOFF
 
     def key(self, *parts: str) -> str:
         """The object key of *parts* under the prefix."""
@@ -90,31 +79,10 @@ def parse(url: str, environ: Mapping[str, str]) -> RemoteURL:
     if endpoint and endpoint.startswith("http://") and allow not in TRUE_VALUES:
         raise ConfigError(f"the endpoint {endpoint} is plain http", hint="use https, or set AWS_ALLOW_HTTP=true for "
                           "an in-cluster store you trust (credentials are signed, but the engines travel in clear)")
-    return RemoteURL(match[1], prefix, endpoint, allow in TRUE_VALUES,
-                     timeout=_positive(environ, "TRTWARM_REMOTE_TIMEOUT", "300s"),
-                     connect_timeout=_positive(environ, "TRTWARM_REMOTE_CONNECT_TIMEOUT", "5s"),
-                     read_timeout=_positive(environ, "TRTWARM_REMOTE_READ_TIMEOUT", "5s"),
-                     retry_timeout=_positive(environ, "TRTWARM_REMOTE_RETRY_TIMEOUT", "15s"),
-                     retries=_int(environ.get("TRTWARM_REMOTE_RETRIES", "4"), "TRTWARM_REMOTE_RETRIES"),
+    return RemoteURL(match[1], prefix, endpoint, allow in TRUE_VALUES, limits=parse_limits(environ),
                      chunk=max(parse_size(environ.get("TRTWARM_REMOTE_CHUNK", "16M")), 5 << 20),
-                     concurrency=max(_int(environ.get("TRTWARM_REMOTE_CONCURRENCY", "4"), "TRTWARM_REMOTE_CONCURRENCY"),
-                                     1), aws=aws)
-
-
-def _positive(environ: Mapping[str, str], name: str, default: str) -> float:
-    """A duration setting that must be above zero (a zero timeout would fail every request, or wait forever)."""
-    value = parse_duration(environ.get(name) or default)
-    if value <= 0:
-        flag = "--" + name.removeprefix("TRTWARM_").lower().replace("_", "-")
-        raise ConfigError(f"{flag} / {name} {environ.get(name)!r} must be above zero",
-                          hint=f"e.g. {flag} {default}: zero would fail every request")
-    return value
-
-
-def _int(text: str, name: str) -> int:
-    if not text.strip().isdigit():
-        raise ConfigError(f"{name}={text!r} is not a whole number")
-    return int(text)
+                     concurrency=max(whole_number(environ.get("TRTWARM_REMOTE_CONCURRENCY", "4"),
+                                                  "TRTWARM_REMOTE_CONCURRENCY"), 1), aws=aws)
 
 
 def redact(text: str, remote: RemoteURL) -> str:

@@ -24,7 +24,7 @@ import json
 import re
 from typing import Any
 
-from trtwarm import strictjson
+from trtwarm.strictjson import loads
 
 MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 ENTRY_TYPE = "application/vnd.trtwarm.entry.v1"
@@ -64,7 +64,7 @@ def check_entry_manifest(data: bytes) -> tuple[dict[str, Any], list[tuple[str, i
 
     :raises ValueError: not JSON, not an OCI manifest of a trtwarm entry, or a malformed descriptor
     """
-    doc = strictjson.loads(data, limit=len(data))  # capped by the client's read (MANIFEST_LIMIT)
+    doc = loads(data, limit=len(data) + 1)
     if not isinstance(doc, dict) or doc.get("schemaVersion") != 2:
         raise ValueError("not an OCI manifest (schemaVersion 2)")
     if doc.get("mediaType", MANIFEST) != MANIFEST:

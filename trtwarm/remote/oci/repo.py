@@ -23,11 +23,11 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from trtwarm import strictjson
 from trtwarm.errors import RemoteError
 from trtwarm.remote.oci.client import OciClient
 from trtwarm.remote.oci.layout import MANIFEST, REF_TYPE, canonical, check_entry_manifest, entry_manifest
 from trtwarm.remote.repo import REF_LIMIT, Repository, check_ref, manifest_files
+from trtwarm.strictjson import JSONRefused, loads
 
 log = logging.getLogger("trtwarm.remote")
 #: how long a pusher waits before reading the tag back: every racer that looked for the tag before this one's PUT
@@ -81,9 +81,9 @@ class OciRepository(Repository):
             raise RemoteError(f"{where}: the ref document does not match its digest (corrupt in the registry): "
                               "refused")
         try:
-            doc = strictjson.loads(blob, limit=REF_LIMIT)
-        except strictjson.JSONRefused:
-            raise RemoteError(f"{where}: the ref document is not JSON") from None
+            doc = loads(blob, limit=REF_LIMIT)
+        except JSONRefused as exc:
+            raise RemoteError(f"{where}: the ref document is refused: {exc}") from None
         ref = check_ref(doc, key)
         files = [(row["sha256"], row["bytes"]) for row in manifest_files(ref["manifest"])]
         if files != layers:
@@ -174,7 +174,7 @@ class OciRepository(Repository):
 
 def _immutable(response: Any) -> bool:
     """Whether a refused manifest PUT says the tag exists and may not move (ECR, Harbor, ACR, GitLab)."""
-    text = (response.data or b"").decode("utf-8", "replace")
+    text = response.excerpt().decode("utf-8", "replace")
     return response.status in (400, 403, 409, 412) and any(word.lower() in text.lower() for word in _IMMUTABLE)
 
 

@@ -4,8 +4,9 @@ Plain HTTP is used only for a loopback registry (``localhost``, ``127.0.0.0/8``,
 (``--plain-http``, alias ``--insecure-registry``; ``TRTWARM_PLAIN_HTTP``, ``TRTWARM_INSECURE_REGISTRY`` or
 ``TRTWARM_OCI_ALLOW_HTTP`` true); everything else speaks HTTPS, verified against the system's CAs (or
 ``SSL_CERT_FILE``/``SSL_CERT_DIR``, which OpenSSL reads, for a private CA). Credentials come from the Docker/Podman
-auth file (:mod:`trtwarm.remote.oci.auth`) and are kept out of :meth:`OciURL.describe` and ``repr``. The transfer settings (timeouts, retries, range size, concurrency) are the
-``TRTWARM_REMOTE_*`` variables the S3 backend reads.
+auth file (:mod:`trtwarm.remote.oci.auth`) and are kept out of :meth:`OciURL.describe` and ``repr``. The transfer
+settings (the transport's bounds, range size, concurrency) are the ``TRTWARM_REMOTE_*`` variables the S3 backend
+reads, with the same meaning (:mod:`trtwarm.transport.limits`).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from trtwarm.config import FALSE_VALUES, TRUE_VALUES, parse_duration, parse_size
+from trtwarm.config import FALSE_VALUES, TRUE_VALUES, parse_size
 from trtwarm.errors import ConfigError
+from trtwarm.transport.limits import Limits, parse_limits, whole_number
 
 #: distribution-spec's repository name grammar (lower-case path components)
 REPOSITORY = re.compile(r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*")
@@ -32,9 +34,8 @@ class OciURL:
     registry: str  # host[:port]
     repository: str
     allow_http: bool = False
-    timeout: float = 300.0
-    connect_timeout: float = 5.0
-    retries: int = 4
+    limits: Limits = field(default_factory=Limits)  # the transport contract's bounds (trtwarm.transport.limits)
+    progress: float = 10.0  # seconds between progress lines (the init's --progress-interval)
     chunk: int = 16 << 20  # ranged-GET size
     concurrency: int = 4  # ranges in flight
     environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
@@ -100,19 +101,10 @@ def parse(url: str, environ: Mapping[str, str], *, insecure: bool = False) -> Oc
         if value not in TRUE_VALUES | FALSE_VALUES:
             raise ConfigError(f"{name}={value!r} is not a boolean", hint="use true or false")
         allow = allow or value in TRUE_VALUES
-    return OciURL(registry, repository, allow,
-                  timeout=parse_duration(environ.get("TRTWARM_REMOTE_TIMEOUT", "300s")),
-                  connect_timeout=parse_duration(environ.get("TRTWARM_REMOTE_CONNECT_TIMEOUT", "5s")),
-                  retries=_int(environ.get("TRTWARM_REMOTE_RETRIES", "4"), "TRTWARM_REMOTE_RETRIES"),
+    return OciURL(registry, repository, allow, limits=parse_limits(environ),
                   chunk=max(parse_size(environ.get("TRTWARM_REMOTE_CHUNK", "16M")), 1 << 20),
-                  concurrency=max(_int(environ.get("TRTWARM_REMOTE_CONCURRENCY", "4"), "TRTWARM_REMOTE_CONCURRENCY"),
-                                  1), environ=dict(environ))
-
-
-def _int(text: str, name: str) -> int:
-    if not text.strip().isdigit():
-        raise ConfigError(f"{name}={text!r} is not a whole number")
-    return int(text)
+                  concurrency=max(whole_number(environ.get("TRTWARM_REMOTE_CONCURRENCY", "4"),
+                                               "TRTWARM_REMOTE_CONCURRENCY"), 1), environ=dict(environ))
 
 
 __all__ = ["OciURL", "is_loopback", "parse", "split_reference"]

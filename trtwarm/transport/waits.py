@@ -1,10 +1,6 @@
-"""Bounded, visible waits on a store, for every backend: a per-process circuit breaker, a watcher that says what is
-being waited for, and progress lines for long transfers.
+"""Visible waits on a peer, for every backend: a watcher that says what is being waited for, and progress lines for
+long transfers (the process's memory of a dead peer is :mod:`trtwarm.transport.breaker`).
 
-* **Breaker.** After a store failed to answer (no connection, no byte within the read timeout after retries), the
-  rest of this process skips it: every later request fails at once with the first failure's reason, said once in
-  the log. A hung store thus costs one request budget, not one per request (a pull's HEAD, its ranges, the push's
-  HEADs and parts). Keyed by the store's description (``s3://bucket/prefix at endpoint``, a registry's URL).
 * **Watcher.** One daemon thread notices a request that has waited :data:`SAY_AFTER` seconds and logs the store,
   the request and when it gives up; then every progress interval while it still waits.
 * **Transfers.** A pull or push registers its total size; the watcher logs bytes, rate and ETA every progress
@@ -21,44 +17,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from trtwarm.errors import RemoteUnreachable
-
 log = logging.getLogger("trtwarm.remote")
 #: a request still unanswered after this many seconds is named in the log
 SAY_AFTER = 2.0
-
-_lock = threading.Lock()
-_tripped: dict[str, tuple[float, str]] = {}  # store -> (when, why)
-
-
-def check(store: str) -> None:
-    """Fail at once when *store* failed earlier in this process. :raises RemoteUnreachable:"""
-    with _lock:
-        down = _tripped.get(store)
-    if down is not None:
-        raise RemoteUnreachable(f"{store} is skipped for the rest of this process: it failed "
-                                f"{time.monotonic() - down[0]:.0f} s ago ({down[1]})")
-
-
-def trip(store: str, why: str) -> None:
-    """Mark *store* down for the rest of this process; logged once."""
-    with _lock:
-        if store in _tripped:
-            return
-        _tripped[store] = (time.monotonic(), why)
-    log.warning("%s did not answer (%s): skipping it for the rest of this process", store, why)
-
-
-def is_down(store: str) -> bool:
-    """Whether *store* was marked down in this process."""
-    with _lock:
-        return store in _tripped
-
-
-def reset() -> None:
-    """Forget every failure (tests, and long-lived processes that start a new run)."""
-    with _lock:
-        _tripped.clear()
 
 
 @dataclass
@@ -169,4 +130,4 @@ class Transfer:
             _watcher.remove(self.ident)
 
 
-__all__ = ["SAY_AFTER", "Transfer", "check", "is_down", "reset", "trip", "waiting"]
+__all__ = ["SAY_AFTER", "Transfer", "waiting"]
