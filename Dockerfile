@@ -110,8 +110,8 @@ EXPOSE 9400
 ENTRYPOINT ["trtwarm-sidecar"]
 
 # ---- init-pull: pull-only consumers of the central engine repository (trtwarm init --read-only --remote) ---------
-# No CUDA, no TensorRT, no onnxruntime: the engine comes from the repository (obstore for s3://, urllib3 for
-# oci://), the GPU from NVML (libnvidia-ml is mounted by the NVIDIA container toolkit), the TensorRT version from
+# No CUDA, no TensorRT, no onnxruntime: the engine comes from the repository (obstore for s3://, the standard
+# library for oci://), the GPU from NVML (libnvidia-ml is mounted by the NVIDIA container toolkit), the TensorRT version from
 # --tensorrt-version (TRTWARM_TENSORRT_VERSION).
 # onnx stays: the key holds the model's digests and the shapes are checked against its inputs.
 # Built like the others: images/build.sh init-pull TAG (tests/test_images.py runs it as a pull-only consumer).
@@ -132,7 +132,7 @@ RUN /usr/local/lib/trtwarm/setup-base.sh "${TRTWARM_UID}" "${TRTWARM_GID}"
 COPY --from=dist /dist/ /tmp/dist/
 RUN --mount=type=bind,source=images/wheelhouse,target=/wheelhouse \
     python3 -m venv /opt/trtwarm \
-    && pip install "filelock>=4.3,<5" "onnx>=1.16" "nvidia-ml-py>=12.560" "obstore>=0.12,<0.13" "urllib3>=2,<3" \
+    && pip install "filelock>=4.3,<5" "onnx>=1.16" "nvidia-ml-py>=12.560" "obstore>=0.12,<0.13" \
        "cryptography>=42" \
     && pip install --no-deps /tmp/dist/trtwarm-*.whl \
     && python -m compileall -q /opt/trtwarm && rm -rf /tmp/dist
