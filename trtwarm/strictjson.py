@@ -29,7 +29,12 @@ MAX_DEPTH = 64
 
 
 class JSONRefused(ValueError):
-    """The data is not a JSON document trtwarm accepts; the message says why (no traceback is ever shown for it)."""
+    """The data is not a JSON document trtwarm accepts; the message says why (no traceback is ever shown for it).
+    :attr:`syntax`: it is not JSON at all (a caller may say just that), rather than JSON trtwarm refuses."""
+
+    def __init__(self, message: str, *, syntax: bool = False) -> None:
+        super().__init__(message)
+        self.syntax = syntax
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -75,7 +80,7 @@ def loads(data: bytes | bytearray | memoryview | str, *, limit: int) -> Any:
     except RecursionError:
         raise JSONRefused(f"it is nested deeper than {MAX_DEPTH} levels") from None
     except ValueError as exc:  # json.JSONDecodeError, and an integer of more than 4300 digits
-        raise JSONRefused(f"it is not valid JSON ({str(exc)[:120]})") from None
+        raise JSONRefused(f"it is not valid JSON ({str(exc)[:120]})", syntax=True) from None
     if _depth(doc) > MAX_DEPTH:
         raise JSONRefused(f"it is nested deeper than {MAX_DEPTH} levels")
     return doc

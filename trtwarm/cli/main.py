@@ -28,9 +28,6 @@ LIFECYCLE = ("ls", "show", "stats", "verify", "gc", "rm")
 SIGNING = ("keys", "sign")
 COMMANDS = ("init", "key", "warm", "sidecar", *LIFECYCLE, *SIGNING, "remote", "prebuild", "prewarm", "selftest", "demo",
             "completion")
-#: the commands that build or pull: SIGTERM/SIGINT stops them cleanly (a build's process group, its staging directory,
-#: the locks), exit 143/130, instead of killing them outright
-STOPPABLE = ("init", "warm", "prebuild", "prewarm")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -269,8 +266,9 @@ def _parse(args: list[str], command: str | None, environ: Mapping[str, str]) -> 
     return ns
 
 
-#: commands that turn SIGTERM/SIGINT into a clean stop (exit 143/130), every network wait ended at once
-STOPPABLE = ("init", "remote", "prebuild", "prewarm")
+#: commands that turn SIGTERM/SIGINT into a clean stop (exit 143/130): a build's process group stopped, its staging
+#: directory removed, the locks released, every network wait ended at once
+STOPPABLE = ("init", "warm", "remote", "prebuild", "prewarm")
 #: commands whose output is their result: a reader closing the pipe early makes them fail (exit 14), not succeed
 #: (``remote gc`` and ``remote rm`` too)
 REPORTING = ("verify", "gc", "rm", "sign")

@@ -219,6 +219,10 @@ class HttpClient:
 def _why(exc: BaseException) -> str:
     if isinstance(exc, Stalled):
         return str(exc)
+    if isinstance(exc, ssl.SSLCertVerificationError):  # CERTIFICATE_VERIFY_FAILED: the hint names SSL_CERT_FILE
+        return f"its TLS certificate is not trusted here: {str(exc)[:160]}"
+    if isinstance(exc, ssl.SSLError):  # e.g. WRONG_VERSION_NUMBER: a plain-HTTP peer spoken to in TLS
+        return f"it did not answer in TLS: {str(exc)[:160]}"
     if isinstance(exc, http.client.HTTPException):
         return f"a malformed or cut answer: {type(exc).__name__} {str(exc)[:80]}".rstrip()
     return (getattr(exc, "strerror", None) or str(exc) or type(exc).__name__)[:160]

@@ -72,7 +72,8 @@ def _parse_manifest(data: bytes, path: Path) -> dict[str, Any]:
     try:
         doc = strictjson.loads(data, limit=MANIFEST_LIMIT)
     except strictjson.JSONRefused as exc:
-        raise EntryInvalid(f"manifest.json is not valid JSON ({exc})") from None
+        raise EntryInvalid("manifest.json is not valid JSON" if exc.syntax else f"manifest.json is refused: {exc}") \
+            from None
     check_manifest(doc)  # the one shape check (trtwarm.volume.schema): every reader of a manifest comes here
     listed_files(doc)
     name, parent = path.name, path.parent.name
