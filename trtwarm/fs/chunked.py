@@ -26,6 +26,11 @@ from collections.abc import Sequence
 from trtwarm.fs.cpus import usable_cpus
 from trtwarm.fs.stream import BUFFER, read_into, stream, write_all
 
+#: the copy's threads write one at a time: writers of one file serialise on its inode lock in the kernel anyway (ext4,
+#: XFS: buffered writes take it exclusively), and waiting there spins on a CPU the hashing could use (see
+#: docs/benchmarks.md, "Big engines")
+ONE_WRITER = True
+
 
 def hash_fd(fd: int, chunk_bytes: int) -> tuple[str, int, list[str]]:
     """``(whole-file SHA-256, size, [SHA-256 of each chunk])`` of the file behind *fd*, read to its end."""
@@ -80,7 +85,7 @@ def _chunks_match(sfd: int, dfd: int | None, size: int, chunk_bytes: int, expect
     import threading
 
     indices, failed, errors = itertools.count(), threading.Event(), []
-    lock = threading.Lock() if dfd is not None else None
+    lock = threading.Lock() if dfd is not None and ONE_WRITER else None
 
     def work() -> None:
         buffer = _buffer(chunk_bytes)
