@@ -121,16 +121,20 @@ def trtwarm_storm(work: Path, n: int, build_seconds: float, init_argv, env: dict
 TRACER = """
 import fcntl, os, sys, time
 def mark(what):
-    sys.stderr.write(f"trace: {what} {time.time():.6f}\\n"); sys.stderr.flush()
+    sys.stderr.write(f"trace: {what} {time.time():.6f} {time.process_time():.6f}\\n"); sys.stderr.flush()
 real_flock, real_rename, real_replace, real_exit = fcntl.flock, os.rename, os.replace, os._exit
+published = []
 def flock(fd, op):
     real_flock(fd, op)
     if op == fcntl.LOCK_SH:
         mark("woke")
+    elif op == fcntl.LOCK_UN and published:
+        mark("released")
 def rename(src, dst, *args, **kw):
     real_rename(src, dst, *args, **kw)
     if "--" in str(dst) and "." not in str(dst):
         mark("published")
+        published.append(1)
 def replace(src, dst, *args, **kw):
     real_replace(src, dst, *args, **kw)
     if str(dst).endswith("engine.json"):
@@ -153,24 +157,34 @@ def traced(argv: list[str]) -> list[str]:
 def trace_summary(logs: list[Path]) -> dict[str, object]:
     """From traced logs: per waiter, the wake-up after the publish, the hand-off after the wake-up, the exit after the
     hand-off (medians and the last), and the imports made after the wake-up (their summed self time)."""
+    import calendar
+
     marks, late = [], {}
     for log in logs:
         seen, woke = {}, False
         for line in log.read_text().splitlines():
             if line.startswith("trace: "):
-                what, when = line.split()[1:3]
+                what, when, cpu = line.split()[1:4]
                 seen.setdefault(what, float(when))
+                seen.setdefault(f"{what}_cpu", float(cpu))
                 woke = woke or what == "woke"
+            elif " appeared while waiting " in line:  # the log's own clock: UTC, milliseconds
+                stamp, _, millis = line.split()[0].rstrip("Z").partition(".")
+                seen["appeared"] = calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S")) + int(millis) / 1000
             elif woke and line.startswith("import time:") and "|" in line:
                 self_us, _cum, name = (part.strip() for part in line[len("import time:"):].split("|", 2))
                 if self_us.isdigit():
                     late[name.strip()] = late.get(name.strip(), 0) + int(self_us)
         marks.append(seen)
     published = min(m["published"] for m in marks if "published" in m)
+    released = min((m["released"] for m in marks if "released" in m), default=published)
     waiters = [m for m in marks if "woke" in m and "handoff" in m]
-    steps = {"woke": [m["woke"] - published for m in waiters],
+    steps = {"released": [released - published], "woke": [m["woke"] - released for m in waiters],
+             "appeared": [m["appeared"] - m["woke"] for m in waiters if "appeared" in m],
              "handoff": [m["handoff"] - m["woke"] for m in waiters],
              "exit": [m["exit"] - m["handoff"] for m in waiters if "exit" in m],
+             "cpu_after_wake": [m["handoff_cpu"] - m["woke_cpu"] for m in waiters],
+             "cpu_to_wait": [m["woke_cpu"] for m in waiters],
              "ready": [m["handoff"] - published for m in waiters]}
     return {"waiters": len(waiters), **{f"{k}_median_s": statistics.median(v) for k, v in steps.items() if v},
             **{f"{k}_last_s": max(v) for k, v in steps.items() if v},
