@@ -48,7 +48,7 @@ def bigfiles(profile: Profile, write: bool) -> int:
             (work / sub).mkdir()
         prim = bench_primitives(work / "prim", size, rounds)
         init = init_rows(work / "init", size, rounds, _init_argv, _env(), _model(work / "init"))
-        swept = bench_sweep(work / "sweep", size, rounds, SWEEP if write else SWEEP[2:4])
+        swept = bench_sweep(work / "sweep", size, rounds, SWEEP if size >= 1 << 30 else SWEEP[2:4])
     rows = "\n".join(bigfiles_rows(prim, init))
     sweep = stamp("python bench/run.py --only bigfiles") + "\n\n" + sweep_table(swept)
     print(rows + "\n\n" + sweep)
