@@ -266,19 +266,22 @@ def main() -> int:
     parser.add_argument("--size-mib", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--sweep", action="store_true", help="also time each read size (the buffer's choice)")
+    parser.add_argument("--sweep-kib", default=",".join(str(b >> 10) for b in SWEEP),
+                        help="the read sizes the sweep times, in KiB (default: %(default)s)")
     parser.add_argument("--no-init", action="store_true", help="the primitives only, no trtwarm init processes")
     parser.add_argument("--dir", help="where the files go (default: a temporary directory)")
     args = parser.parse_args()
     size = args.size_mib * MiB
     work = Path(tempfile.mkdtemp(prefix="trtwarm-bigfiles-", dir=args.dir))
     try:
-        print(report(work, size, args.rounds, sweep=args.sweep, init=not args.no_init))
+        sizes = [int(k) << 10 for k in args.sweep_kib.split(",")] if args.sweep else None
+        print(report(work, size, args.rounds, sweep=sizes, init=not args.no_init))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
-def report(work: Path, size: int, rounds: int, *, sweep: bool, init: bool) -> str:
+def report(work: Path, size: int, rounds: int, *, sweep: list[int] | None, init: bool) -> str:
     """Every measurement of this bench in *work*: the rendered table."""
     sys.path.insert(0, str(ROOT / "bench"))
     from run import _env, _init_argv, _model
@@ -287,7 +290,7 @@ def report(work: Path, size: int, rounds: int, *, sweep: bool, init: bool) -> st
     for sub in ("prim", "sweep", "init"):
         (work / sub).mkdir()
     prim = bench_primitives(work / "prim", size, rounds)
-    swept = bench_sweep(work / "sweep", size, rounds, SWEEP) if sweep else None
+    swept = bench_sweep(work / "sweep", size, rounds, sweep) if sweep else None
     rows = init_rows(work / "init", size, rounds, _init_argv, _env(), _model(work / "init")) if init else None
     return "\n".join(bigfiles_rows(prim, rows)) + ("\n\n" + sweep_table(swept) if swept else "")
 
