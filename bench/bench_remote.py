@@ -304,10 +304,11 @@ def render(row: dict[str, object]) -> str:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--init-vs-curl"]:  # python bench/bench_remote.py --init-vs-curl [MiB]
+    if sys.argv[1:2] == ["--init-vs-curl"]:  # python bench/bench_remote.py --init-vs-curl [MiB [ROUNDS [IDLE_S]]]
         with tempfile.TemporaryDirectory(prefix="trtwarm-bench-remote-") as tmp:
             size_arg = int(sys.argv[2]) * MiB if len(sys.argv) > 2 else 1024 * MiB
-            result = bench_init_vs_curl(Path(tmp), size_arg)
+            result = bench_init_vs_curl(Path(tmp), size_arg, *(int(sys.argv[3]),) if len(sys.argv) > 3 else (),
+                                        *(float(sys.argv[4]),) if len(sys.argv) > 4 else ())
         print(render_init_vs_curl(result, " ".join(["python bench/bench_remote.py", *sys.argv[1:]])))
         print(json.dumps(result), file=sys.stderr)
         sys.exit(0)

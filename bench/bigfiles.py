@@ -275,24 +275,32 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="trtwarm-bigfiles-", dir=args.dir))
     try:
         sizes = [int(k) << 10 for k in args.sweep_kib.split(",")] if args.sweep else None
-        print(report(work, size, args.rounds, sweep=sizes, init=not args.no_init))
+        report(work, size, args.rounds, sweep=sizes, init=not args.no_init)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
 def report(work: Path, size: int, rounds: int, *, sweep: list[int] | None, init: bool) -> str:
-    """Every measurement of this bench in *work*: the rendered table."""
+    """Every measurement of this bench in *work*, each part printed as soon as it is measured: the whole table."""
     sys.path.insert(0, str(ROOT / "bench"))
     from run import _env, _init_argv, _model
-    from table import bigfiles_rows, sweep_table
+    from table import bigfiles_rows, stamp, sweep_table
 
     for sub in ("prim", "sweep", "init"):
         (work / sub).mkdir()
+    parts = [stamp(" ".join(["python bench/bigfiles.py", *sys.argv[1:]])), ""]
     prim = bench_primitives(work / "prim", size, rounds)
-    swept = bench_sweep(work / "sweep", size, rounds, sweep) if sweep else None
-    rows = init_rows(work / "init", size, rounds, _init_argv, _env(), _model(work / "init")) if init else None
-    return "\n".join(bigfiles_rows(prim, rows)) + ("\n\n" + sweep_table(swept) if swept else "")
+    parts.append("\n".join(bigfiles_rows(prim)))
+    print("\n".join(parts), flush=True)
+    if init:
+        rows = init_rows(work / "init", size, rounds, _init_argv, _env(), _model(work / "init"))
+        parts.append("\n".join(bigfiles_rows(prim, rows)[len(bigfiles_rows(prim)):]))
+        print(parts[-1], flush=True)
+    if sweep:
+        parts.append("\n" + sweep_table(bench_sweep(work / "sweep", size, rounds, sweep)))
+        print(parts[-1], flush=True)
+    return "\n".join(parts)
 
 
 if __name__ == "__main__":
