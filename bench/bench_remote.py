@@ -251,8 +251,7 @@ def bench_init_vs_curl(work: Path, size: int = 1024 * MiB, repeat: int = 4, idle
         sha = json.loads(Path(doc["path"]).parent.joinpath("manifest.json").read_text())["engine_sha256"]
         client = Client(parse("s3://engines/bench-vs-curl", env))
         url = obstore.sign(client.store, "GET", f"blobs/sha256/{sha}", datetime.timedelta(minutes=30))
-        times = _init_curl_pairs(work, base, env, url, sha, repeat, idle)
-        best = {side: min(values) for side, values in times.items()}
+        best = {side: min(values) for side, values in _init_curl_pairs(work, base, env, url, sha, repeat, idle).items()}
         return {"size_mib": size // MiB, "init_s": best["init"], "curl_sync_s": best["curl"],
                 "verified_s": best["verified"], "ratio": best["curl"] / best["init"],
                 "verified_ratio": best["verified"] / best["init"], "repeat": repeat, "idle_s": idle,

@@ -173,18 +173,29 @@ def interleaved(actions: dict[str, Callable[[], object]], rounds: int, after: Ca
                 before: dict[str, Callable[[], None]] | None = None) -> dict[str, float]:
     """Median seconds of each action over *rounds* rounds; the order rotates each round; *after* (every action) and
     *before* (the actions it names) run untimed."""
-    names, times, before = list(actions), {name: [] for name in actions}, before or {}
+    names, before = list(actions), before or {}
+    times: dict[str, list[float]] = {key: [] for name in names for key in (name, f"{name}_cpu")}
     for name in names:  # one untimed round: buffers, page tables, the page cache and the CPU's clock warmed up
         actions[name]()
         after()
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
             before.get(name, lambda: None)()
-            start = time.perf_counter()
+            cpu, start = _cpu(), time.perf_counter()
             actions[name]()
             times[name].append(time.perf_counter() - start)
+            times[f"{name}_cpu"].append(_cpu() - cpu)
             after()
     return {name: statistics.median(values) for name, values in times.items()}
+
+
+def _cpu() -> float:
+    """CPU seconds this process (every thread) and its finished children have used: a figure a busy machine moves
+    far less than wall time (other processes take turns on the cores, they do not add work to ours)."""
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def bench_primitives(work: Path, size: int, rounds: int) -> dict[str, object]:
@@ -212,8 +223,9 @@ def bench_sweep(work: Path, size: int, rounds: int, sizes: list[int]) -> list[di
         chunked.ONE_WRITER = True
         prims.src.unlink()
     names = ("check_chunks", "copy_chunks", "copy_writers", "copy_cfr", "copy_hash", "check_whole")
-    return [{"buffer": b, **{n: med[f"{n}@{b}"] for n in names}, **{k: med[k] for k in ("sha_cores", "sha_one", "cp")}}
-            for b in sizes]
+    floors = ("sha_cores", "sha_one", "cp")
+    return [{"buffer": b, **{n + cpu: med[f"{n}@{b}{cpu}"] for n in names for cpu in ("", "_cpu")},
+             **{k + cpu: med[k + cpu] for k in floors for cpu in ("", "_cpu")}} for b in sizes]
 
 
 SWEEP_DEFAULT = stream.BUFFER

@@ -158,29 +158,35 @@ def _size(n: int) -> str:
     return f"{n >> 30} GiB" if n >= 1 << 30 and n % (1 << 30) == 0 else f"{n / MiB:.0f} MiB"
 
 
+def _cpu_ms(p: dict, name: str) -> str:
+    """Wall time, and the CPU seconds beside it where measured (a busy machine moves them far less)."""
+    return _ms(p[name]) + (f" ({p[name + '_cpu']:.2f} CPU-s)" if name + "_cpu" in p else "")
+
+
 def bigfiles_rows(p: dict, init: dict | None = None) -> list[str]:
     """The large-engine rows (bench/bigfiles.py): the check and the copy against the floors of this machine."""
     size, cores, buf = _size(p["bytes"]), p["cores"], f"{p['buffer'] >> 10} KiB reads"
-    sha = f"SHA-256 over every core ({cores}): {_ms(p['sha_cores'])}"
+    sha = f"SHA-256 over every core ({cores}): {_cpu_ms(p, 'sha_cores')}"
     copy_floor = max(p["cp"], p["sha_cores"])
     rows = [
         _row(f"check of a {size} engine by its chunk digests (`check_fd`, {cores} threads, {buf})",
-             _ms(p["check_chunks"]), f"{sha}; one core: {_ms(p['sha_one'])}; the sequential check before: "
-             f"{_ms(p['seq_check'])}", p["check_chunks"] / p["sha_cores"], "≤ 1.4", p["check_chunks"] <= 1.4 *
+             _cpu_ms(p, "check_chunks"), f"{sha}; one core: {_ms(p['sha_one'])}; the sequential check before: "
+             f"{_cpu_ms(p, 'seq_check')}", p["check_chunks"] / p["sha_cores"], "≤ 1.4", p["check_chunks"] <= 1.4 *
              p["sha_cores"]),
-        _row(f"copy of a {size} engine checked by its chunk digests (`copy_fd`)", _ms(p["copy_chunks"]),
-             f"max(`cp --reflink=never`: {_ms(p['cp'])}, {sha}); the sequential copy_hashed before: "
-             f"{_ms(p['seq_copy'])}", p["copy_chunks"] / copy_floor, "≤ 1.5", p["copy_chunks"] <= 1.5 * copy_floor),
+        _row(f"copy of a {size} engine checked by its chunk digests (`copy_fd`)", _cpu_ms(p, "copy_chunks"),
+             f"max(`cp --reflink=never`: {_cpu_ms(p, 'cp')}, {sha}); the sequential copy_hashed before: "
+             f"{_cpu_ms(p, 'seq_copy')}", p["copy_chunks"] / copy_floor, "≤ 1.5",
+             p["copy_chunks"] <= 1.5 * copy_floor),
         _row(f"the build's copy of a {size} engine with its whole-file and chunk digests (`copy_hash_fd`)",
-             _ms(p["copy_hash"]), f"max(`cp`, SHA-256 on one core: {_ms(p['sha_one'])})",
+             _cpu_ms(p, "copy_hash"), f"max(`cp`, SHA-256 on one core: {_ms(p['sha_one'])})",
              p["copy_hash"] / max(p["cp"], p["sha_one"]), "", None),
         _row(f"check of a {size} engine without chunk digests (one whole-file SHA-256, `check_fd`)",
-             _ms(p["check_whole"]), f"SHA-256 on one core: {_ms(p['sha_one'])}", p["check_whole"] / p["sha_one"], "",
-             None),
-        _row(f"whole-file and chunk digests of a {size} engine (`hash_fd`)", _ms(p["hash"]),
-             f"SHA-256 on one core: {_ms(p['sha_one'])}", p["hash"] / p["sha_one"], "", None),
+             _cpu_ms(p, "check_whole"), f"SHA-256 on one core: {_cpu_ms(p, 'sha_one')}",
+             p["check_whole"] / p["sha_one"], "", None),
+        _row(f"whole-file and chunk digests of a {size} engine (`hash_fd`)", _cpu_ms(p, "hash"),
+             f"SHA-256 on one core: {_cpu_ms(p, 'sha_one')}", p["hash"] / p["sha_one"], "", None),
         _row(f"check of a {size} engine by its chunk digests, not in the page cache (evicted first)",
-             _ms(p["cold_check"]), f"max(`cat` of the evicted file: {_ms(p['cold_cat'])}, {sha})",
+             _cpu_ms(p, "cold_check"), f"max(`cat` of the evicted file: {_ms(p['cold_cat'])}, {sha})",
              p["cold_check"] / max(p["cold_cat"], p["sha_cores"]), "", None),
     ]
     if init:
@@ -201,14 +207,18 @@ def bigfiles_rows(p: dict, init: dict | None = None) -> list[str]:
 
 
 def sweep_table(sweep: list[dict]) -> str:
-    """The read-size sweep of bench/bigfiles.py: each primitive's time per read size, and the floors."""
+    """The read-size sweep of bench/bigfiles.py: each primitive's wall time (its CPU seconds beside it) per read
+    size, and the floors."""
+    def cell(r: dict, name: str) -> str:
+        return f"{_ms(r[name])} ({r[name + '_cpu']:.2f})"
+
     lines = ["| read size | check by chunk | copy by chunk (one writer at a time) | the same, writers at once | "
              "`copy_file_range`, then the copy read back and hashed | build's copy + hash | whole-file check | "
              "floors: SHA-256 every core / one core / `cp` |", "|---|---|---|---|---|---|---|---|"]
     for r in sweep:
-        lines.append(f"| {r['buffer'] >> 10} KiB | {_ms(r['check_chunks'])} | {_ms(r['copy_chunks'])} | "
-                     f"{_ms(r['copy_writers'])} | {_ms(r['copy_cfr'])} | {_ms(r['copy_hash'])} | "
-                     f"{_ms(r['check_whole'])} | {_ms(r['sha_cores'])} / {_ms(r['sha_one'])} / {_ms(r['cp'])} |")
+        lines.append(f"| {r['buffer'] >> 10} KiB | " + " | ".join(cell(r, n) for n in (
+            "check_chunks", "copy_chunks", "copy_writers", "copy_cfr", "copy_hash", "check_whole")) +
+            f" | {cell(r, 'sha_cores')} / {cell(r, 'sha_one')} / {cell(r, 'cp')} |")
     return "\n".join(lines) + "\n"
 
 
