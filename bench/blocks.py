@@ -102,11 +102,7 @@ def remote(profile: Profile, write: bool) -> int:
 
     with tempfile.TemporaryDirectory(prefix="trtwarm-bench-remote-") as tmp:
         row = bench_remote(Path(tmp), profile.remote_mib * MiB, repeat=min(5, profile.repeat))
-    table = render(row)
-    print(table)
-    if write:
-        replace_block("bench-remote", table)
-    return 0
+    return _show(render(row), write, "bench-remote")
 
 
 def init_vs_curl(profile: Profile, write: bool) -> int:
@@ -115,12 +111,8 @@ def init_vs_curl(profile: Profile, write: bool) -> int:
 
     with tempfile.TemporaryDirectory(prefix="trtwarm-bench-remote-") as tmp:
         row = bench_init_vs_curl(Path(tmp), profile.remote_mib * MiB, repeat=min(4, profile.repeat),
-                                 idle=IDLE if write else 0.0)
-    table = render_init_vs_curl(row, "python bench/run.py --only init-vs-curl")
-    print(table)
-    if write:
-        replace_block("bench-init-vs-curl", table)
-    return 0
+                                 idle=IDLE if profile.repeat > 1 else 0.0)
+    return _show(render_init_vs_curl(row, "python bench/run.py --only init-vs-curl"), write, "bench-init-vs-curl")
 
 
 def oci(profile: Profile, write: bool) -> int:
@@ -129,20 +121,21 @@ def oci(profile: Profile, write: bool) -> int:
 
     with tempfile.TemporaryDirectory(prefix="trtwarm-bench-oci-") as tmp:
         table = render(bench_oci(Path(tmp), profile.remote_mib * MiB, min(5, profile.repeat)))
-    print(table)
-    if write:
-        replace_block("bench-oci", table)
-    return 0
+    return _show(table, write, "bench-oci")
 
 
 def handoff_copy(profile: Profile, write: bool) -> int:
     """The Pod-private hand-off's copy against cp (bench/handoff_copy.py): its own block."""
     from handoff_copy import measure
 
-    table = measure(profile.remote_mib, None, min(5, profile.repeat))
+    return _show(measure(profile.remote_mib, None, min(5, profile.repeat)), write, "bench-handoff-copy")
+
+
+def _show(table: str, write: bool, marker: str) -> int:
+    """Print *table*; with *write*, it replaces the ``<!-- marker -->`` block of docs/benchmarks.md."""
     print(table)
     if write:
-        replace_block("bench-handoff-copy", table)
+        replace_block(marker, table)
     return 0
 
 
