@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from trtwarm.fs.cpus import usable_cpus
 from trtwarm.fs.stream import BUFFER, read_into, stream, write_all
@@ -30,6 +31,9 @@ from trtwarm.fs.stream import BUFFER, read_into, stream, write_all
 #: XFS: buffered writes take it exclusively), and waiting there spins on a CPU the hashing could use (see
 #: docs/benchmarks.md, "Big engines")
 ONE_WRITER = True
+
+if TYPE_CHECKING:  # threading is imported only where a pool is started
+    import threading
 
 
 def hash_fd(fd: int, chunk_bytes: int) -> tuple[str, int, list[str]]:
@@ -113,14 +117,14 @@ def _buffer(chunk_bytes: int) -> memoryview:
 
 
 def _chunk_ok(sfd: int, dfd: int | None, index: int, size: int, chunk_bytes: int, expected: str, buffer: memoryview,
-              failed: object, lock: object = None) -> bool:
+              failed: threading.Event | None, lock: threading.Lock | None = None) -> bool:
     """Whether chunk *index* reads whole and hashes to *expected*; written to *dfd* (one writer at a time: parallel
     writers of one file only spin on its inode lock) as it is read. Gives up when *failed* (an Event) is set."""
     import hashlib
 
     digest, offset, end = hashlib.sha256(), index * chunk_bytes, min(size, (index + 1) * chunk_bytes)
     while offset < end:
-        if failed is not None and failed.is_set():  # type: ignore[attr-defined]
+        if failed is not None and failed.is_set():
             return True  # another chunk failed: the caller's answer is already False
         want = buffer[:min(len(buffer), end - offset)]
         got = read_into(sfd, want, offset)
@@ -131,7 +135,7 @@ def _chunk_ok(sfd: int, dfd: int | None, index: int, size: int, chunk_bytes: int
             if lock is None:
                 write_all(dfd, want, offset)
             else:
-                with lock:  # type: ignore[attr-defined]
+                with lock:
                     write_all(dfd, want, offset)
         offset += got
     return digest.hexdigest() == expected
