@@ -171,15 +171,20 @@ def _true(ok: bool) -> bool:
 
 def interleaved(actions: dict[str, Callable[[], object]], rounds: int, after: Callable[[], None],
                 before: dict[str, Callable[[], None]] | None = None) -> dict[str, float]:
-    """Median seconds of each action over *rounds* rounds; the order rotates each round; *after* (every action) and
+    """Median seconds (and CPU seconds, ``NAME_cpu``) of each action over *rounds* rounds in a new order each round
+    (shuffled, not rotated: a rotation keeps each action behind the same neighbour, and on a VM that hands freed
+    memory back to its host what ran before a copy decides what its writes cost); *after* (every action) and
     *before* (the actions it names) run untimed."""
+    import random
+
+    order = random.Random(0)
     names, before = list(actions), before or {}
     times: dict[str, list[float]] = {key: [] for name in names for key in (name, f"{name}_cpu")}
     for name in names:  # one untimed round: buffers, page tables, the page cache and the CPU's clock warmed up
         actions[name]()
         after()
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
+    for _ in range(rounds):
+        for name in order.sample(names, len(names)):
             before.get(name, lambda: None)()
             cpu, start = _cpu(), time.perf_counter()
             actions[name]()
