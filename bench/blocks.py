@@ -67,13 +67,14 @@ def storm(profile: Profile, write: bool) -> int:
     from run import bench_storm, bench_takeover
 
     _compiled()
+    counts = profile.counts if profile.repeat > 1 else profile.counts[:1]  # the smoke: the main table has the rest
     with tempfile.TemporaryDirectory(prefix="trtwarm-bench-storm-") as tmp:
         work = Path(tmp)
         for sub in ("storm", "takeover", "trace"):
             (work / sub).mkdir()
-        rows = bench_storm(work / "storm", profile.counts, profile.build_seconds)
+        rows = bench_storm(work / "storm", counts, profile.build_seconds)
         took = bench_takeover(work / "takeover")
-        traces = bench_storm(work / "trace", profile.counts, profile.build_seconds, trace=True)
+        traces = bench_storm(work / "trace", counts, profile.build_seconds, trace=True)
     table = storm_rows(rows, took)
     print(table)
     for r in traces:

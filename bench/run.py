@@ -24,6 +24,7 @@ docs/benchmarks.md (``--quick``: smaller sizes, nothing written). Not timed test
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -357,11 +359,21 @@ def main() -> int:
         (ROOT / "bench" / "RESULTS.md").write_text(table)
         replace_block("bench", table)
     if not args.no_images:  # podman builds both images; measures nothing (and says why) where podman cannot run
-        ONLY["images"](profile, not (args.quick or args.no_write))
+        with took("images"):
+            ONLY["images"](profile, not (args.quick or args.no_write))
     if args.quick:  # the blocks a full run leaves to --only: smoked too, so none of them can rot unseen
-        for name in ("remote", "init-vs-curl", "oci", "handoff-copy", "bigfiles"):
-            ONLY[name](profile, False)
+        for name in ("remote", "init-vs-curl", "oci", "handoff-copy", "bigfiles", "storm"):
+            with took(name):
+                ONLY[name](profile, False)
     return 0
+
+
+@contextlib.contextmanager
+def took(part: str) -> Iterator[None]:
+    """Say on stderr how long *part* of the run took (where a slow CI smoke spends its minutes)."""
+    start = time.perf_counter()
+    yield
+    print(f"bench: {part} took {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
 
 
 def _main_table(profile: Profile, *, skip_8g: bool) -> str:
@@ -376,19 +388,27 @@ def _main_table(profile: Profile, *, skip_8g: bool) -> str:
             (work / sub).mkdir()
         # the rows that move gigabytes last: this VM hands freed memory back to its host, and the next process to
         # touch that much memory pays for it again (README, Reading the results), which would tax the small rows
-        storm = bench_storm(work / "storm", profile.counts, profile.build_seconds)
-        took = bench_takeover(work / "takeover")
-        lifecycle = bench_lifecycle(work / "lifecycle", profile.entries, repeat=min(3, profile.repeat))
-        scrape = bench_scrape(work / "scrape", profile.entries, scrapes=profile.scrapes)
-        trust = _trust(work / "trust", profile.trust_repeat)
-        hit = bench_hit(work / "hit", sizes, repeat=profile.repeat, skip_digest=(8 << 30,) if skip_8g else ())
-        big = {"primitives": bench_primitives(work / "bigfiles", profile.big_bytes, profile.big_rounds),
-               "init": init_rows(work / "bigfiles-init", profile.big_bytes, profile.big_rounds, _init_argv, _env(),
-                                 _model(work / "bigfiles-init"))}
-        key = bench_key(work, profile.key_bytes)
-    print(json.dumps({"hit": hit, "storm": storm, "takeover": took, "key": key, "lifecycle": lifecycle,
+        with took("storm"):
+            storm = bench_storm(work / "storm", profile.counts, profile.build_seconds)
+        with took("takeover"):
+            takeover = bench_takeover(work / "takeover")
+        with took("lifecycle"):
+            lifecycle = bench_lifecycle(work / "lifecycle", profile.entries, repeat=min(3, profile.repeat))
+        with took("scrape"):
+            scrape = bench_scrape(work / "scrape", profile.entries, scrapes=profile.scrapes)
+        with took("trust"):
+            trust = _trust(work / "trust", profile.trust_repeat)
+        with took("hit"):
+            hit = bench_hit(work / "hit", sizes, repeat=profile.repeat, skip_digest=(8 << 30,) if skip_8g else ())
+        with took("bigfiles"):
+            big = {"primitives": bench_primitives(work / "bigfiles", profile.big_bytes, profile.big_rounds),
+                   "init": init_rows(work / "bigfiles-init", profile.big_bytes, profile.big_rounds, _init_argv,
+                                     _env(), _model(work / "bigfiles-init"))}
+        with took("key"):
+            key = bench_key(work, profile.key_bytes)
+    print(json.dumps({"hit": hit, "storm": storm, "takeover": takeover, "key": key, "lifecycle": lifecycle,
                       "scrape": scrape, "trust": trust, "big": big}, indent=1), file=sys.stderr)
-    return render(hit, storm, took, key, lifecycle, scrape, trust, big)
+    return render(hit, storm, takeover, key, lifecycle, scrape, trust, big)
 
 
 def replace_block(marker: str, text: str) -> None:
