@@ -1,14 +1,19 @@
 """trtwarm benchmarks: ONE table, every row a ratio against a baseline measured beside it in the same run.
 
 ``python bench/run.py`` writes ``bench/RESULTS.md`` and replaces the table between the ``<!-- bench -->`` markers in
-docs/benchmarks.md (``--quick``: smaller sizes, nothing written). Not timed tests: targets are reported, never asserted.
+docs/benchmarks.md. Not timed tests: targets are reported, never asserted. ``--only NAME`` runs one benchmark and
+rewrites its rows or block (``bench/blocks.py``); ``--no-write`` prints only; ``--quick`` runs every row and every
+block once at small sizes and writes nothing (CI's smoke, ``.ci/run``).
 
 * hit: ``trtwarm init`` on a warm cache, 10 MiB, 1 GiB and 8 GiB engines (the large ones sparse, with a random
   first MiB: no multi-GiB download or write), under ``--verify digest`` (vs a Python read + SHA-256 of the same
   file: target 1.15x) and ``--verify stamp`` (vs the 10 MiB stamp hit: target 1.5x; the 10 MiB one vs
   ``python -c pass``: target 2.5x). ``--skip-8g-digest`` leaves out the slowest row (six 8 GiB hashes).
-* storm: N = 16 and 64 inits of one key vs the seed's ``flock -n || while [ ! -f ]; sleep 1`` protocol with the same
-  build (see ``bench/storm.py``): builds, last ready after publish (target 0.5x the seed's median), torn reads.
+* storm: N = 16, 64 and 128 inits of one key vs the seed's ``flock -n || while [ ! -f ]; sleep 1`` protocol with the
+  same build (see ``bench/storm.py``): builds, last ready after publish (target 0.1x the seed's median), torn reads;
+  ``--only storm`` also traces each init (where the time after the publish goes).
+* large engines (``bench/bigfiles.py``): the check and the copy of a 1 GiB engine by ``trtwarm.fs.chunked`` against
+  SHA-256 over every core and ``cp`` (targets 1.4x and 1.5x), as primitives and as whole inits.
 * crash takeover: SIGKILL of a builder with four waiters: until a waiter's build starts, vs a fresh init's start.
 * trust: a hit with the signature verified under ``--trust-mode enforce`` vs the same hit with trust off (target:
   <= 5 ms added), and in one process what the check costs after hashing, with and without init's background
