@@ -52,7 +52,7 @@ print(json.dumps({"seconds": stats.seconds, "hash_seconds": stats.hash_seconds, 
 def _env(server: object) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRTWARM_") or k.startswith("TRTWARM_REMOTE_")}
     env.update(server.env())  # type: ignore[attr-defined]
-    env["PYTHONPATH"] = str(ROOT)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)  # carried deps
     return env
 
 
@@ -193,16 +193,17 @@ def _init_pull(work: Path, env: dict[str, str], sha: str, size: int, remote: obj
 IDLE = 3.0
 
 
-def _init_curl_pairs(work: Path, base: list[str], env: dict[str, str], url: str,
-                     repeat: int) -> tuple[list[float], list[float]]:
-    """*repeat* pairs of a pull-only init (*base* argv) and ``curl`` + ``sync`` of *url*: their seconds."""
-    inits, curls = [], []
+def _init_curl_pairs(work: Path, base: list[str], env: dict[str, str], url: str, sha: str, repeat: int,
+                     idle: float = IDLE) -> dict[str, list[float]]:
+    """*repeat* rounds of a pull-only init (*base* argv), ``curl`` + ``sync`` of *url*, and the verified download
+    ``curl | tee FILE | sha256sum`` + ``sync`` (its digest compared with *sha*, untimed): their seconds."""
+    times: dict[str, list[float]] = {"init": [], "curl": [], "verified": []}
 
     def init(i: int) -> None:
         argv = [*base, "--read-only", "--cache-dir", str(work / f"c{i}"), "--handoff-dir", str(work / f"h{i}")]
         start = time.perf_counter()
         out = subprocess.run(argv, capture_output=True, text=True, env=env, check=True).stdout
-        inits.append(time.perf_counter() - start)
+        times["init"].append(time.perf_counter() - start)
         assert json.loads(out.splitlines()[-1])["result"] == "pulled", out
         subprocess.run(["rm", "-rf", str(work / f"c{i}")], check=True)
 
@@ -211,32 +212,41 @@ def _init_curl_pairs(work: Path, base: list[str], env: dict[str, str], url: str,
         start = time.perf_counter()
         subprocess.run(["curl", "-sSf", "-o", str(target), url], check=True)
         subprocess.run(["sync", str(target)], check=True)
-        curls.append(time.perf_counter() - start)
+        times["curl"].append(time.perf_counter() - start)
+        target.unlink()
+
+    def verified(_: int) -> None:
+        target = work / "verified.bin"
+        start = time.perf_counter()
+        out = subprocess.run(["bash", "-o", "pipefail", "-c", 'curl -sSf "$1" | tee "$2" | sha256sum && sync "$2"',
+                              "verified", url, str(target)], check=True, capture_output=True, text=True).stdout
+        times["verified"].append(time.perf_counter() - start)
+        assert out.split()[0] == sha, f"the verified download's digest {out.split()[0]} is not the blob's {sha}"
         target.unlink()
 
     for i in range(repeat):
-        for side in (init, curl) if i % 2 == 0 else (curl, init):
-            # The same idle time before each side, the first of a pair too: a VM that hands freed memory back
+        sides = [init, curl, verified]
+        for side in sides[i % 3:] + sides[:i % 3]:  # each side first in turn
+            # The same idle time before each side, the first of a round too: a VM that hands freed memory back
             # to its host (free page reporting, 2 s after the free) faults it in again on the next write, so
             # a side that writes right after the other's files were removed would be spared that cost.
-            time.sleep(IDLE)
+            time.sleep(idle)
             side(i)
-    return inits, curls
+    return times
 
 
-def bench_init_vs_curl(work: Path, size: int = 1024 * MiB, repeat: int = 4) -> dict[str, object]:
+def bench_init_vs_curl(work: Path, size: int = 1024 * MiB, repeat: int = 4, idle: float = IDLE) -> dict[str, object]:
     """A whole pull-only ``trtwarm init`` on an empty volume (process start to exit: the key, the lock, the pull,
     the verified publish with its fsyncs, the hand-off) vs ``curl`` of the same blob to a file and ``sync FILE``
-    (its fsync: durability is part of the job), interleaved (in turn first), each after :data:`IDLE` seconds,
-    best of *repeat* each."""
+    (its fsync: durability is part of the job), and vs the verified download (``curl | tee FILE | sha256sum`` and
+    ``sync FILE``: what a user checking the blob would run), in rounds (each side first in turn), each side after
+    *idle* seconds, best of *repeat* each."""
     import datetime
 
     import obstore
 
     from s3server import SeaweedServer
     from trtwarm.cli.demo import make_model
-    from trtwarm.remote.client import Client
-    from trtwarm.remote.url import parse
 
     (work / "weed").mkdir(parents=True)
     server = SeaweedServer(work / "weed").start()
@@ -251,17 +261,32 @@ def bench_init_vs_curl(work: Path, size: int = 1024 * MiB, repeat: int = 4) -> d
         subprocess.run([*base, "--cache-dir", str(work / "first"), "--handoff-dir", str(work / "h-first")],
                        capture_output=True, env=env, check=True)
         doc = json.loads((work / "h-first" / "engine.json").read_text())
-        sha = Path(doc["path"]).parent.joinpath("manifest.json").read_text()
-        sha = json.loads(sha)["engine_sha256"]
+        sha = json.loads(Path(doc["path"]).parent.joinpath("manifest.json").read_text())["engine_sha256"]
         url = obstore.sign(_signer(server, "bench-vs-curl"), "GET", f"blobs/sha256/{sha}",
                            datetime.timedelta(minutes=30))
-        inits, curls = _init_curl_pairs(work, base, env, url, repeat)
-        return {"size_mib": size // MiB, "init_s": min(inits), "curl_sync_s": min(curls),
-                "ratio": min(curls) / min(inits), "cpus": os.cpu_count(), "load": os.getloadavg()[0],
+        best = {side: min(values) for side, values in _init_curl_pairs(work, base, env, url, sha, repeat, idle).items()}
+        return {"size_mib": size // MiB, "init_s": best["init"], "curl_sync_s": best["curl"],
+                "verified_s": best["verified"], "ratio": best["curl"] / best["init"],
+                "verified_ratio": best["verified"] / best["init"], "repeat": repeat, "idle_s": idle,
+                "cpus": len(os.sched_getaffinity(0)), "load": os.getloadavg()[0],
                 # the CPU verification needs that curl does not spend: SHA-256 of the blob, on one core
                 "sha256_cpu_s": _hash_cpu(size)}
     finally:
         server.stop()
+
+
+def render_init_vs_curl(row: dict[str, object], command: str) -> str:
+    """The table of a whole pulling init against the two downloads."""
+    return "\n".join([
+        f"Measured {time.strftime('%Y-%m-%d')} on {os.uname().nodename}, {row['cpus']} CPUs, by `{command}` "
+        f"(best of {row['repeat']} rounds, each side after {row['idle_s']:.0f} s idle, in turn first; load "
+        f"{row['load']:.1f} at the end; SHA-256 of the blob alone: {row['sha256_cpu_s']:.2f} CPU-s).", "",
+        "| engine | whole `trtwarm init --read-only` (pulled) | `curl` + `sync FILE` | ratio (target >= 0.9) | "
+        "verified download: `curl \\| tee FILE \\| sha256sum` + `sync FILE` | ratio (target >= 0.9) |",
+        "|---|---|---|---|---|---|",
+        f"| {row['size_mib']} MiB | {row['init_s']:.2f} s | {row['curl_sync_s']:.2f} s | {row['ratio']:.2f} "
+        f"({'met' if row['ratio'] >= 0.9 else 'MISSED'}) | {row['verified_s']:.2f} s | {row['verified_ratio']:.2f} "
+        f"({'met' if row['verified_ratio'] >= 0.9 else 'MISSED'}) |", ""])
 
 
 def render(row: dict[str, object]) -> str:
@@ -291,10 +316,13 @@ def render(row: dict[str, object]) -> str:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--init-vs-curl"]:  # python bench/bench_remote.py --init-vs-curl [MiB]
+    if sys.argv[1:2] == ["--init-vs-curl"]:  # python bench/bench_remote.py --init-vs-curl [MiB [ROUNDS [IDLE_S]]]
         with tempfile.TemporaryDirectory(prefix="trtwarm-bench-remote-") as tmp:
             size_arg = int(sys.argv[2]) * MiB if len(sys.argv) > 2 else 1024 * MiB
-            print(json.dumps(bench_init_vs_curl(Path(tmp), size_arg)))
+            result = bench_init_vs_curl(Path(tmp), size_arg, *(int(sys.argv[3]),) if len(sys.argv) > 3 else (),
+                                        *(float(sys.argv[4]),) if len(sys.argv) > 4 else ())
+        print(render_init_vs_curl(result, " ".join(["python bench/bench_remote.py", *sys.argv[1:]])))
+        print(json.dumps(result), file=sys.stderr)
         sys.exit(0)
     with tempfile.TemporaryDirectory(prefix="trtwarm-bench-remote-") as tmp:
         result = bench_remote(Path(tmp), int(sys.argv[1]) * MiB if len(sys.argv) > 1 else 1024 * MiB)

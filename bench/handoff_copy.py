@@ -60,17 +60,13 @@ def _read_hash(path: Path) -> None:
             digest.update(memoryview(buffer)[:got])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size-mib", type=int, default=1024)
-    parser.add_argument("--dir", help="where the source and the copies go (default: a temporary directory)")
-    parser.add_argument("--runs", type=int, default=5)
-    ns = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="trtwarm-copy-", dir=ns.dir))
+def measure(size_mib: int, directory: str | None, runs: int) -> str:
+    """The table: copy_hashed and its floors on a *size_mib* file in a new directory under *directory*."""
+    work = Path(tempfile.mkdtemp(prefix="trtwarm-copy-", dir=directory))
     try:
         src, dst = work / "engine.plan", work / "copy.plan"
         with open(src, "wb") as handle:
-            for _ in range(ns.size_mib):
+            for _ in range(size_mib):
                 handle.write(os.urandom(1 << 20))
         _read_hash(src)  # warm
 
@@ -78,25 +74,35 @@ def main() -> None:
             dst.unlink(missing_ok=True)
 
         rows = {
-            "cp --reflink=never": _median(ns.runs, lambda: subprocess.run(["cp", "--reflink=never", src, dst],
-                                                                          check=True), gone),
+            "cp --reflink=never": _median(runs, lambda: subprocess.run(["cp", "--reflink=never", src, dst],
+                                                                       check=True), gone),
             "cp (coreutils default: reflink or copy_file_range where offered)":
-                _median(ns.runs, lambda: subprocess.run(["cp", src, dst], check=True), gone),
-            "read + SHA-256 (a hit's --verify digest)": _median(ns.runs, lambda: _read_hash(src), gone),
+                _median(runs, lambda: subprocess.run(["cp", src, dst], check=True), gone),
+            "read + SHA-256 (a hit's --verify digest)": _median(runs, lambda: _read_hash(src), gone),
             "copy_hashed, no reflink (read, hash, write)":
-                _median(ns.runs, lambda: copy_hashed(str(src), str(dst), reflink=False), gone),
-            "copy_hashed (reflink tried first)": _median(ns.runs, lambda: copy_hashed(str(src), str(dst)), gone),
+                _median(runs, lambda: copy_hashed(str(src), str(dst), reflink=False), gone),
+            "copy_hashed (reflink tried first)": _median(runs, lambda: copy_hashed(str(src), str(dst)), gone),
         }
         reflinked = copy_hashed(str(src), str(dst))[2]
         gone()
         fs = subprocess.run(["stat", "-f", "-c", "%T", str(work)], capture_output=True, text=True).stdout.strip()
-        base = rows["cp --reflink=never"]
-        print(f"{ns.size_mib} MiB on {fs} ({os.cpu_count()} CPUs), median of {ns.runs}; reflink offered: {reflinked}")
-        print("\n| what | seconds | ratio to `cp --reflink=never` |\n|---|---|---|")
-        for what, seconds in rows.items():
-            print(f"| {what} | {seconds:.3f} | {seconds / base:.2f} |")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    base = rows["cp --reflink=never"]
+    lines = [f"Measured {time.strftime('%Y-%m-%d')}: {size_mib} MiB on {fs} ({len(os.sched_getaffinity(0))} CPUs), "
+             f"median of {runs}, by `python bench/handoff_copy.py --size-mib {size_mib} --runs {runs}`; reflink "
+             f"offered: {reflinked}", "", "| what | seconds | ratio to `cp --reflink=never` |", "|---|---|---|"]
+    lines += [f"| {what} | {seconds:.3f} | {seconds / base:.2f} |" for what, seconds in rows.items()]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mib", type=int, default=1024)
+    parser.add_argument("--dir", help="where the source and the copies go (default: a temporary directory)")
+    parser.add_argument("--runs", type=int, default=5)
+    ns = parser.parse_args()
+    print(measure(ns.size_mib, ns.dir, ns.runs))
 
 
 if __name__ == "__main__":

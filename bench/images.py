@@ -102,8 +102,9 @@ def _hit_times(podman, init: str, work: Path, repeat: int) -> tuple[float, float
         start = time.perf_counter()
         assert _result(podman.run(*container_argv).stdout) == "hit"
         container.append(time.perf_counter() - start)
-    # The host runs the same flags against the same volume; /models/in is the host's models dir there.
-    host_flags = [f.replace("/models/in", str(models)) for f in flags]
+    # The host runs the same flags against the same volume; its --model is the host's path of the same file. The build
+    # command stays the container's: it is part of the key, and the host must hit the container's entry, not build.
+    host_flags = [str(models / "mlp.onnx") if f == "/models/in/mlp.onnx" else f for f in flags]
     host_argv = [sys.executable, "-m", "trtwarm", "init", *host_flags, "--cache-dir", str(cache), "--handoff-dir",
                  str(work / "h2")]
     host = []

@@ -1,14 +1,19 @@
 """trtwarm benchmarks: ONE table, every row a ratio against a baseline measured beside it in the same run.
 
 ``python bench/run.py`` writes ``bench/RESULTS.md`` and replaces the table between the ``<!-- bench -->`` markers in
-docs/benchmarks.md (``--quick``: smaller sizes, nothing written). Not timed tests: targets are reported, never asserted.
+docs/benchmarks.md. Not timed tests: targets are reported, never asserted. ``--only NAME`` runs one benchmark and
+rewrites its rows or block (``bench/blocks.py``); ``--no-write`` prints only; ``--quick`` runs every row and every
+block once at small sizes and writes nothing (CI's smoke, ``.ci/run``).
 
 * hit: ``trtwarm init`` on a warm cache, 10 MiB, 1 GiB and 8 GiB engines (the large ones sparse, with a random
   first MiB: no multi-GiB download or write), under ``--verify digest`` (vs a Python read + SHA-256 of the same
   file: target 1.15x) and ``--verify stamp`` (vs the 10 MiB stamp hit: target 1.5x; the 10 MiB one vs
   ``python -c pass``: target 2.5x). ``--skip-8g-digest`` leaves out the slowest row (six 8 GiB hashes).
-* storm: N = 16 and 64 inits of one key vs the seed's ``flock -n || while [ ! -f ]; sleep 1`` protocol with the same
-  build (see ``bench/storm.py``): builds, last ready after publish (target 0.5x the seed's median), torn reads.
+* storm: N = 16, 64 and 128 inits of one key vs the seed's ``flock -n || while [ ! -f ]; sleep 1`` protocol with the
+  same build (see ``bench/storm.py``): builds, last ready after publish (target 0.1x the seed's median), torn reads;
+  ``--only storm`` also traces each init (where the time after the publish goes).
+* large engines (``bench/bigfiles.py``): the check and the copy of a 1 GiB engine by ``trtwarm.fs.chunked`` against
+  SHA-256 over every core and ``cp`` (targets 1.4x and 1.5x), as primitives and as whole inits.
 * crash takeover: SIGKILL of a builder with four waiters: until a waiter's build starts, vs a fresh init's start.
 * trust: a hit with the signature verified under ``--trust-mode enforce`` vs the same hit with trust off (target:
   <= 5 ms added), and in one process what the check costs after hashing, with and without init's background
@@ -24,6 +29,7 @@ docs/benchmarks.md (``--quick``: smaller sizes, nothing written). Not timed test
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -33,7 +39,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
@@ -138,15 +146,16 @@ def bench_hit(work: Path, sizes: list[int], repeat: int = 7, skip_digest: tuple[
     return {"floor_s": med["floor"], "stdlib_floor_s": med["stdlib"], "resolve_s": med["resolve"], "sizes": rows}
 
 
-def bench_storm(work: Path, counts: list[int]) -> list[dict[str, object]]:
-    """Per N: the seed protocol, then trtwarm, with the same build (see bench/storm.py)."""
+def bench_storm(work: Path, counts: list[int], build_seconds: float = 3.0,
+                trace: bool = False) -> list[dict[str, object]]:
+    """Per N: the seed protocol, then trtwarm, with the same build (at least *build_seconds*; it also waits until
+    every process is waiting, see bench/storm.py)."""
     from bench.storm import seed_storm, trtwarm_storm
 
     model, rows = _model(work), []
     for n in counts:
-        build_seconds = 3.0  # at least; the build also waits until every process is waiting (bench/storm.py)
         seed = seed_storm(work, n, build_seconds)
-        ours = trtwarm_storm(work, n, build_seconds, _init_argv, _env(), model)
+        ours = trtwarm_storm(work, n, build_seconds, _init_argv, _env(), model, trace=trace)
         rows.append({"n": n, "build_seconds": build_seconds, "seed": seed, "trtwarm": ours})
     return rows
 
@@ -196,10 +205,11 @@ def bench_key(work: Path, size: int, repeat: int = 20) -> dict[str, object]:
 
 def fill_volume(cache: Path, n: int, model: Path) -> None:
     """*n* entries cloned from one real build, with last uses spread over 60 days (as a busy volume has)."""
-    import hashlib
+    import copy
     import random
 
     from trtwarm.fs.ops import atomic_write_json
+    from trtwarm.key import key_of
 
     subprocess.run([*_init_argv(model, cache, cache.parent / "h-fill", "cp {model} {output}")], check=True,
                    capture_output=True, env=_env())
@@ -208,12 +218,16 @@ def fill_volume(cache: Path, n: int, model: Path) -> None:
     engine = (seed / "engine.plan").read_bytes()
     rng = random.Random(0)
     for i in range(n):
-        key = hashlib.sha256(str(i).encode()).hexdigest()
+        # each entry its own configuration: a key document that hashes to its key, as every reader checks
+        doc = copy.deepcopy(manifest["key_document"])
+        doc["build"]["extra"] = {"bench": str(i)}
+        key = key_of(doc)
         name = f"m{i % 500}_cpu-x86_64_commandbench_model_static--{key[:16]}"
         entry = cache / "entries" / name
         entry.mkdir()
         (entry / "engine.plan").write_bytes(engine)
-        atomic_write_json(entry / "manifest.json", {**manifest, "key": key, "name": name}, durable=False)
+        atomic_write_json(entry / "manifest.json", {**manifest, "key": key, "name": name, "key_document": doc},
+                          durable=False)
         (cache / ".uses" / key).touch()
         when = time.time() - rng.uniform(0, 60) * 86400
         os.utime(cache / ".uses" / key, (when, when))
@@ -307,100 +321,116 @@ def _work_dir(need: int) -> Path:
     raise SystemExit(f"bench: no filesystem with {need >> 30} GiB free for the large-engine rows")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes, nothing written (a smoke run)")
-    parser.add_argument("--skip-8g-digest", action="store_true", help="leave out the 8 GiB digest row (slow)")
-    parser.add_argument("--only", choices=["trust", "images", "remote"],
-                        help="run one benchmark and replace its README rows")
-    parser.add_argument("--no-images", action="store_true", help="skip the image rows (bench/images.py)")
-    args = parser.parse_args()
-    if args.only == "remote":
-        return _only_remote(args.quick)
-    if args.only == "trust":
-        return _only_trust()
-    if args.only == "images":
-        from bench.images import main as images_main
+class Profile(NamedTuple):
+    """How much each row measures: the full run, or ``--quick`` (every row once, small sizes: a smoke for CI)."""
 
-        return images_main()
-    sizes = [10 * MiB, 100 * MiB] if args.quick else [10 * MiB, 1 << 30, 8 << 30]
-    counts = [4, 16] if args.quick else [16, 64]
+    sizes: list[int]  # hit rows' engines
+    counts: list[int]  # storm sizes
+    build_seconds: float  # the storm's build (at least; it also waits until every process waits)
+    entries: int  # lifecycle and scrape volumes
+    repeat: int  # hit and lifecycle rounds
+    trust_repeat: int
+    scrapes: int
+    key_bytes: int  # the model of the key-resolution row
+    big_bytes: int  # bench/bigfiles.py's engine
+    big_rounds: int
+    remote_mib: int  # the remote, OCI and hand-off copy blocks (--only, or smoked by --quick)
+
+
+FULL = Profile([10 * MiB, 1 << 30, 8 << 30], [16, 64, 128], 3.0, 10000, 7, 30, 200, 1 << 30, 1 << 30, 5, 1024)
+QUICK = Profile([10 * MiB, 32 * MiB], [4, 8], 1.0, 200, 1, 1, 20, 16 * MiB, 32 * MiB, 1, 32)
+
+
+def main() -> int:
+    from bench.blocks import ONLY  # here: the blocks import this module's helpers
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="every row once at small sizes, and every other bench's block, nothing written (CI)")
+    parser.add_argument("--skip-8g-digest", action="store_true", help="leave out the 8 GiB digest row (slow)")
+    parser.add_argument("--only", choices=list(ONLY),
+                        help="run one benchmark and replace its rows in docs/benchmarks.md")
+    parser.add_argument("--no-images", action="store_true", help="skip the image rows (bench/images.py)")
+    parser.add_argument("--no-write", action="store_true", help="print the tables only (another machine's figures)")
+    args = parser.parse_args()
+    profile = QUICK if args.quick else FULL
+    if args.only:
+        return ONLY[args.only](profile, not (args.quick or args.no_write))
     # as installed from a wheel: bytecode compiled ahead (this matters where PYTHONDONTWRITEBYTECODE is set)
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "trtwarm")], check=True)
+    table = _main_table(profile, skip_8g=args.skip_8g_digest)
+    print(table)
+    if not (args.quick or args.no_write):
+        (ROOT / "bench" / "RESULTS.md").write_text(table)
+        replace_block("bench", table)
+    if not args.no_images:  # podman builds both images; measures nothing (and says why) where podman cannot run
+        with took("images"):
+            ONLY["images"](profile, not (args.quick or args.no_write))
+    if args.quick:  # the blocks a full run leaves to --only: smoked too, so none of them can rot unseen
+        for name in ("remote", "init-vs-curl", "oci", "handoff-copy", "bigfiles", "storm"):
+            with took(name):
+                ONLY[name](profile, False)
+    return 0
+
+
+@contextlib.contextmanager
+def took(part: str) -> Iterator[None]:
+    """Say on stderr how long *part* of the run took (where a slow CI smoke spends its minutes)."""
+    start = time.perf_counter()
+    yield
+    print(f"bench: {part} took {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+
+
+def _main_table(profile: Profile, *, skip_8g: bool) -> str:
+    """The one table's rows, measured in a scratch directory; the raw figures go to stderr."""
+    from bench.bigfiles import bench_primitives, init_rows
+    from bench.table import render
+
+    sizes = profile.sizes
     with tempfile.TemporaryDirectory(prefix="trtwarm-bench-", dir=_work_dir(3 * max(sizes))) as tmp:
         work = Path(tmp)
-        for sub in ("hit", "storm", "takeover", "lifecycle", "scrape"):
+        for sub in ("hit", "storm", "takeover", "lifecycle", "scrape", "bigfiles", "bigfiles-init"):
             (work / sub).mkdir()
         # the rows that move gigabytes last: this VM hands freed memory back to its host, and the next process to
         # touch that much memory pays for it again (README, Reading the results), which would tax the small rows
-        storm = bench_storm(work / "storm", counts)
-        took = bench_takeover(work / "takeover")
-        entries_n = 1000 if args.quick else 10000
-        lifecycle = bench_lifecycle(work / "lifecycle", entries_n)
-        scrape = bench_scrape(work / "scrape", entries_n)
-        trust = _trust(work / "trust")
-        hit = bench_hit(work / "hit", sizes, skip_digest=(8 << 30,) if args.skip_8g_digest else ())
-        key = bench_key(work, 100 * MiB if args.quick else 1024 * MiB)
-    from bench.table import render
-
-    table = render(hit, storm, took, key, lifecycle, scrape, trust)
-    print(table)
-    print(json.dumps({"hit": hit, "storm": storm, "takeover": took, "key": key, "lifecycle": lifecycle,
-                      "scrape": scrape, "trust": trust}, indent=1), file=sys.stderr)
-    if not args.quick:
-        (ROOT / "bench" / "RESULTS.md").write_text(table)
-        readme = ROOT / "docs" / "benchmarks.md"
-        text = readme.read_text()
-        new = re.sub(r"(<!-- bench -->\n).*?(<!-- /bench -->)", lambda m: m[1] + table + m[2], text, flags=re.S)
-        readme.write_text(new)
-    if not args.no_images:  # podman builds both images; measures nothing (and says why) where podman cannot run
-        from bench.images import bench_images, render_images, write_readme
-
-        with tempfile.TemporaryDirectory(prefix="trtwarm-bench-images-") as tmp:
-            images_table = render_images(bench_images(Path(tmp)))
-        print(images_table)
-        if not args.quick:
-            write_readme(images_table)
-    return 0
+        with took("storm"):
+            storm = bench_storm(work / "storm", profile.counts, profile.build_seconds)
+        with took("takeover"):
+            takeover = bench_takeover(work / "takeover")
+        with took("lifecycle"):
+            lifecycle = bench_lifecycle(work / "lifecycle", profile.entries, repeat=min(3, profile.repeat))
+        with took("scrape"):
+            scrape = bench_scrape(work / "scrape", profile.entries, scrapes=profile.scrapes)
+        with took("trust"):
+            trust = _trust(work / "trust", profile.trust_repeat)
+        with took("hit"):
+            hit = bench_hit(work / "hit", sizes, repeat=profile.repeat, skip_digest=(8 << 30,) if skip_8g else ())
+        with took("bigfiles"):
+            big = {"primitives": bench_primitives(work / "bigfiles", profile.big_bytes, profile.big_rounds),
+                   "init": init_rows(work / "bigfiles-init", profile.big_bytes, profile.big_rounds, _init_argv,
+                                     _env(), _model(work / "bigfiles-init"))}
+        with took("key"):
+            key = bench_key(work, profile.key_bytes)
+    print(json.dumps({"hit": hit, "storm": storm, "takeover": takeover, "key": key, "lifecycle": lifecycle,
+                      "scrape": scrape, "trust": trust, "big": big}, indent=1), file=sys.stderr)
+    return render(hit, storm, takeover, key, lifecycle, scrape, trust, big)
 
 
-def _trust(work: Path) -> dict[str, object]:
+def replace_block(marker: str, text: str) -> None:
+    """Replace what stands between ``<!-- marker -->`` and ``<!-- /marker -->`` in docs/benchmarks.md."""
+    readme = ROOT / "docs" / "benchmarks.md"
+    old = readme.read_text()
+    new = re.sub(rf"(<!-- {marker} -->\n).*?(<!-- /{marker} -->)", lambda m: m[1] + text + m[2], old, flags=re.S)
+    if new == old and f"<!-- {marker} -->" not in old:
+        raise SystemExit(f"bench: docs/benchmarks.md has no <!-- {marker} --> block")
+    readme.write_text(new)
+
+
+def _trust(work: Path, repeat: int = 30) -> dict[str, object]:
     from bench.trust import bench_trust
 
     work.mkdir(exist_ok=True)
-    return bench_trust(work, _init_argv, _env(), _timed, _model(work))
-
-
-def _only_remote(quick: bool) -> int:
-    """The remote-repository row (bench/bench_remote.py), between ``<!-- bench-remote -->`` markers in docs/benchmarks.md."""
-    from bench_remote import bench_remote, render as render_remote
-
-    with tempfile.TemporaryDirectory(prefix="trtwarm-bench-remote-") as tmp:
-        row = bench_remote(Path(tmp), (128 if quick else 1024) * MiB)
-    table = render_remote(row)
-    print(table)
-    if not quick:
-        readme = ROOT / "docs" / "benchmarks.md"
-        readme.write_text(re.sub(r"(<!-- bench-remote -->\n).*?(<!-- /bench-remote -->)",
-                                 lambda m: m[1] + table + m[2], readme.read_text(), flags=re.S))
-    return 0
-
-
-def _only_trust() -> int:
-    from bench.table import trust_row
-
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "trtwarm")], check=True)
-    with tempfile.TemporaryDirectory(prefix="trtwarm-bench-") as tmp:
-        row = trust_row(_trust(Path(tmp)))
-    print(row)
-    readme = ROOT / "docs" / "benchmarks.md"
-    text = readme.read_text()
-    if re.search(r"^\| hit with signature check.*$", text, flags=re.M):
-        text = re.sub(r"(^\| hit with signature check.*\n)+", lambda m: row + "\n", text, count=1, flags=re.M)
-    else:
-        text = text.replace("<!-- /bench -->", row + "\n<!-- /bench -->")
-    readme.write_text(text)
-    return 0
+    return bench_trust(work, _init_argv, _env(), _timed, _model(work), repeat=repeat)
 
 
 if __name__ == "__main__":

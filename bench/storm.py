@@ -81,7 +81,7 @@ def seed_storm(work: Path, n: int, build_seconds: float) -> dict[str, object]:
 
 
 def trtwarm_storm(work: Path, n: int, build_seconds: float, init_argv, env: dict[str, str],  # noqa: ANN001
-                  model: Path) -> dict[str, object]:
+                  model: Path, trace: bool = False) -> dict[str, object]:
     """N ``trtwarm init`` processes on an empty key; ready (engine.json written) after publish (the rename)."""
     src, script = _writer(work)
     run = work / f"trtwarm-{n}"
@@ -95,9 +95,10 @@ def trtwarm_storm(work: Path, n: int, build_seconds: float, init_argv, env: dict
     command = (f"sh -c 'echo $$ >> {run}/builds; {_gated(gate, build_seconds)}; {sys.executable} {script} {src} "
                "{output}'")
     logs = [run / f"h{i}.log" for i in range(n)]
-    procs = _staggered(n, lambda i: subprocess.Popen([*init_argv(model, cache, run / f"h{i}", command),
-                                                      "--progress-interval", "1s"], env=env, stdout=subprocess.PIPE,
-                                                     stderr=logs[i].open("w"), text=True))
+    wrap = traced if trace else list
+    procs = _staggered(n, lambda i: subprocess.Popen(wrap([*init_argv(model, cache, run / f"h{i}", command),
+                                                           "--progress-interval", "1s"]), env=env,
+                                                     stdout=subprocess.PIPE, stderr=logs[i].open("w"), text=True))
     # every waiter is provably blocked (it logged a progress line) before the build may finish, as the seed's are
     _until(lambda: sum("waiting for" in log.read_text() for log in logs) >= n - 1, 600)
     gate.unlink()
@@ -109,7 +110,86 @@ def trtwarm_storm(work: Path, n: int, build_seconds: float, init_argv, env: dict
     return {"n": n, "builds": len((run / "builds").read_text().split()),
             "exit_ok": sum(1 for p in procs if p.returncode == 0), "last_s": max(after),
             "median_s": statistics.median(after), "torn": torn,
-            "waited": sum(1 for r in results if '"waited"' in r), "hit": sum(1 for r in results if '"hit"' in r)}
+            "waited": sum(1 for r in results if '"waited"' in r), "hit": sum(1 for r in results if '"hit"' in r),
+            **({"trace": trace_summary(logs)} if trace else {})}
+
+
+#: ``--trace``: each init started through this launcher, under ``-X importtime``, which marks on its stderr (the init's
+#: log) when its shared flock was granted (the wake-up), each rename into the volume's entries (the publish), the
+#: hand-off's ``engine.json`` replace and the exit; the import lines after the wake-up are the imports the waiter
+#: makes on its way out. The launcher imports only ``fcntl``, ``os``, ``sys`` and ``time`` before trtwarm does.
+TRACER = """
+import fcntl, os, sys, time
+def mark(what):
+    sys.stderr.write(f"trace: {what} {time.time():.6f} {time.process_time():.6f}\\n"); sys.stderr.flush()
+real_flock, real_rename, real_replace, real_exit = fcntl.flock, os.rename, os.replace, os._exit
+published = []
+def flock(fd, op):
+    real_flock(fd, op)
+    if op == fcntl.LOCK_SH:
+        mark("woke")
+    elif op == fcntl.LOCK_UN and published:
+        mark("released")
+def rename(src, dst, *args, **kw):
+    real_rename(src, dst, *args, **kw)
+    if "--" in str(dst) and "." not in str(dst):
+        mark("published")
+        published.append(1)
+def replace(src, dst, *args, **kw):
+    real_replace(src, dst, *args, **kw)
+    if str(dst).endswith("engine.json"):
+        mark("handoff")
+def _exit(code):
+    mark("exit"); real_exit(code)
+fcntl.flock, os.rename, os.replace, os._exit = flock, rename, replace, _exit
+mark("start")
+sys.argv = ["trtwarm", *sys.argv[1:]]
+from trtwarm.cli.entry import run
+run()
+"""
+
+
+def traced(argv: list[str]) -> list[str]:
+    """*argv* (``python -m trtwarm ...``) run through :data:`TRACER` under ``-X importtime``."""
+    return [argv[0], "-X", "importtime", "-c", TRACER, *argv[argv.index("trtwarm") + 1:]]
+
+
+def trace_summary(logs: list[Path]) -> dict[str, object]:
+    """From traced logs: per waiter, the wake-up after the publish, the hand-off after the wake-up, the exit after the
+    hand-off (medians and the last), and the imports made after the wake-up (their summed self time)."""
+    import calendar
+
+    marks, late = [], {}
+    for log in logs:
+        seen, woke = {}, False
+        for line in log.read_text().splitlines():
+            if line.startswith("trace: "):
+                what, when, cpu = line.split()[1:4]
+                seen.setdefault(what, float(when))
+                seen.setdefault(f"{what}_cpu", float(cpu))
+                woke = woke or what == "woke"
+            elif " appeared while waiting " in line:  # the log's own clock: UTC, milliseconds
+                stamp, _, millis = line.split()[0].rstrip("Z").partition(".")
+                seen["appeared"] = calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S")) + int(millis) / 1000
+            elif woke and line.startswith("import time:") and "|" in line:
+                self_us, _cum, name = (part.strip() for part in line[len("import time:"):].split("|", 2))
+                if self_us.isdigit():
+                    late[name.strip()] = late.get(name.strip(), 0) + int(self_us)
+        marks.append(seen)
+    published = min(m["published"] for m in marks if "published" in m)
+    released = min((m["released"] for m in marks if "released" in m), default=published)
+    waiters = [m for m in marks if "woke" in m and "handoff" in m]
+    steps = {"released": [released - published], "woke": [m["woke"] - released for m in waiters],
+             "appeared": [m["appeared"] - m["woke"] for m in waiters if "appeared" in m],
+             "handoff": [m["handoff"] - m["woke"] for m in waiters],
+             "exit": [m["exit"] - m["handoff"] for m in waiters if "exit" in m],
+             "cpu_after_wake": [m["handoff_cpu"] - m["woke_cpu"] for m in waiters],
+             "cpu_to_wait": [m["woke_cpu"] for m in waiters],
+             "ready": [m["handoff"] - published for m in waiters]}
+    return {"waiters": len(waiters), **{f"{k}_median_s": statistics.median(v) for k, v in steps.items() if v},
+            **{f"{k}_last_s": max(v) for k, v in steps.items() if v},
+            "late_imports_us": dict(sorted(late.items(), key=lambda kv: -kv[1])[:25]),
+            "late_import_us_per_waiter": sum(late.values()) / max(1, len(waiters))}
 
 
 def takeover(work: Path, init_argv, env: dict[str, str], model: Path) -> dict[str, object]:  # noqa: ANN001
@@ -142,4 +222,4 @@ def takeover(work: Path, init_argv, env: dict[str, str], model: Path) -> dict[st
             "exit_ok": codes.count(0)}
 
 
-__all__ = ["seed_storm", "takeover", "trtwarm_storm"]
+__all__ = ["TRACER", "seed_storm", "takeover", "trace_summary", "traced", "trtwarm_storm"]

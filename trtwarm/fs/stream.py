@@ -1,0 +1,128 @@
+"""One ordered pass over a file through its descriptor: the whole-file SHA-256 (which cannot be split), optionally
+the chunk digests and a copy, with the stages of each piece run side by side in threads, in lock step.
+
+For each piece (at most :data:`BUFFER` bytes, never across a chunk's end) the calling thread hashes it into the
+whole-file digest while helper threads hash it into its chunk's digest, write it to the destination, and read the next
+piece into the other of two buffers. All of them see the same bytes in memory: what is written is what was hashed,
+and the source is read once. The pass costs one SHA-256 of the file in wall time where three cores are free (the
+other stages are shorter), instead of the sum of every stage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+#: bytes per read: measured (docs/benchmarks.md, "Buffers"): a piece that stays in the core's cache between the read,
+#: the hash and the write is faster than a large one that goes out to memory and back
+BUFFER = 1 << 20
+#: below this many bytes a pass runs in the calling thread alone: starting threads costs more than they save
+SEQUENTIAL = 4 << 20
+
+
+def read_into(fd: int, view: memoryview, offset: int) -> int:
+    """Fill *view* from *fd* at *offset*; fewer bytes only at the end of the file."""
+    got = 0
+    while got < len(view):
+        n = os.preadv(fd, [view[got:]], offset + got)
+        if n == 0:
+            break
+        got += n
+    return got
+
+
+def write_all(fd: int, view: memoryview, offset: int) -> None:
+    """Write all of *view* to *fd* at *offset*."""
+    done = 0
+    while done < len(view):
+        done += os.pwrite(fd, view[done:], offset + done)
+
+
+class _Stage:
+    """A helper thread that runs one call at a time (or, without a thread, the call at once)."""
+
+    def __init__(self, threaded: bool) -> None:
+        self._result: object = None
+        self._thread = None
+        if threaded:
+            import queue
+            import threading
+
+            self._todo, self._done = queue.SimpleQueue(), queue.SimpleQueue()
+            self._thread = threading.Thread(target=self._serve, name="trtwarm-stream", daemon=True)
+            self._thread.start()
+
+    def start(self, fn, *args) -> None:  # noqa: ANN001
+        if self._thread is None:
+            self._result = fn(*args)
+        else:
+            self._todo.put((fn, args))
+
+    def wait(self) -> object:
+        if self._thread is None:
+            return self._result
+        ok, result = self._done.get()
+        if not ok:
+            raise result  # type: ignore[misc]
+        return result
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._todo.put(None)
+            self._thread.join()
+
+    def _serve(self) -> None:
+        while (job := self._todo.get()) is not None:
+            fn, args = job
+            try:
+                self._done.put((True, fn(*args)))
+            except BaseException as exc:  # handed to the caller's thread
+                self._done.put((False, exc))
+
+
+def stream(sfd: int, dfd: int | None, chunk_bytes: int | None, stop: int | None) -> tuple[str, int, list[str]]:
+    """``(whole-file SHA-256, bytes read, [chunk SHA-256s])`` of *sfd* read to its end or to *stop* bytes; each piece
+    written to *dfd* at its offset. *chunk_bytes* None: no chunk digests (``[]``)."""
+    expect = stop if stop is not None else os.fstat(sfd).st_size
+    threaded = expect > SEQUENTIAL
+    reader, chunker, writer = _Stage(threaded), _Stage(threaded and chunk_bytes is not None), \
+        _Stage(threaded and dfd is not None)
+    try:
+        return _pass(sfd, dfd, chunk_bytes, stop, reader, chunker, writer)
+    finally:
+        for stage in (reader, chunker, writer):
+            stage.stop()
+
+
+def _pass(sfd: int, dfd: int | None, chunk_bytes: int | None, stop: int | None, reader: _Stage, chunker: _Stage,
+          writer: _Stage) -> tuple[str, int, list[str]]:
+    whole, chunk, digests, size, filled = hashlib.sha256(), hashlib.sha256(), [], 0, 0
+    span = chunk_bytes or (1 << 62)
+    buffers = [memoryview(bytearray(min(BUFFER, span))) for _ in range(2)]
+
+    def want(at: int, in_chunk: int) -> int:
+        return min(BUFFER, span - in_chunk, (stop - at) if stop is not None else BUFFER)
+
+    reader.start(read_into, sfd, buffers[0][:want(0, 0)], 0)
+    turn = 0
+    while got := reader.wait():
+        data = buffers[turn][:got]
+        after = filled + got if filled + got < span else 0
+        reader.start(read_into, sfd, buffers[1 - turn][:want(size + got, after)], size + got)
+        if chunk_bytes is not None:
+            chunker.start(chunk.update, data)
+        if dfd is not None:
+            writer.start(write_all, dfd, data, size)
+        whole.update(data)
+        chunker.wait()
+        writer.wait()
+        size, filled, turn = size + got, filled + got, 1 - turn
+        if filled == span:
+            digests.append(chunk.hexdigest())
+            chunk, filled = hashlib.sha256(), 0
+    if filled and chunk_bytes is not None:
+        digests.append(chunk.hexdigest())
+    return whole.hexdigest(), size, digests
+
+
+__all__ = ["BUFFER", "SEQUENTIAL", "read_into", "stream", "write_all"]
