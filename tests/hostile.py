@@ -298,7 +298,7 @@ class Elsewhere:
 # --- running a real trtwarm under a hostile peer ----------------------------------------------------------------------
 @dataclass
 class Measured:
-    """A finished ``trtwarm`` process: its exit code, wall time, peak memory (its own ``ru_maxrss``), output."""
+    """A finished ``trtwarm`` process: its exit code, wall time, peak memory (its own ``VmHWM``, polled), output."""
 
     returncode: int
     seconds: float
@@ -309,6 +309,18 @@ class Measured:
     @property
     def summary(self) -> dict[str, Any]:
         return json.loads(self.stdout.strip().splitlines()[-1])
+
+
+def _vm_hwm_kib(pid: int) -> int:
+    """The peak resident memory of the running process *pid* (``VmHWM``, KiB; 0 once it has exited)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def run_measured(args: list[str], env: dict[str, str], timeout: float = 180.0,
@@ -327,7 +339,9 @@ def run_measured(args: list[str], env: dict[str, str], timeout: float = 180.0,
         proc = subprocess.Popen(trtwarm_argv(*args), stdout=out, stderr=err, env=env_for(env),
                                 start_new_session=True)
         signalled: float | None = None
+        peak_kib = 0
         while True:
+            peak_kib = max(peak_kib, _vm_hwm_kib(proc.pid))
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
@@ -342,8 +356,10 @@ def run_measured(args: list[str], env: dict[str, str], timeout: float = 180.0,
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        run = Measured(proc.returncode, ended - start, usage.ru_maxrss / 1024, out.read().decode(errors="replace"),
-                       err.read().decode(errors="replace"))
+        # the child's own high-water mark: wait4's ru_maxrss also counts the test process's memory where the child
+        # was vfork()ed from it before its exec (Linux charges the old mm's high-water mark at exec)
+        run = Measured(proc.returncode, ended - start, (peak_kib or usage.ru_maxrss) / 1024,
+                       out.read().decode(errors="replace"), err.read().decode(errors="replace"))
     return run, (ended - signalled if signalled is not None else None)
 
 

@@ -38,7 +38,7 @@ RELEASES = st.one_of(st.sampled_from(["rel", "r" * 53, "trtwarm", "my-trtwarm", 
 @st.composite
 def chart_values(draw: Any) -> dict[str, Any]:
     """One combination of the values users set most, with the ones the review found breaking weighted in."""
-    port_name = draw(st.sampled_from(["http", "http", "web"]))
+    port_name = draw(st.sampled_from(["http", "http", "http", "http", "web"]))
     probe_port = draw(st.sampled_from(["http", "http", "http", 8000, "metrics"]))
     container: dict[str, Any] = {
         "ports": [{"name": port_name, "containerPort": 8000}, {"name": "grpc", "containerPort": 8001}],
@@ -77,11 +77,13 @@ def chart_values(draw: Any) -> dict[str, Any]:
     digest = f"r.example/e@sha256:{'a' * 64}"
     engines = {"image": {"reference": draw(st.sampled_from(["", "", "", "registry.example/e:1", digest])),
                          "mode": draw(st.sampled_from(["volume", "copy", "copy"])),
+                         "imageVolumeFeatureGate": draw(st.booleans()),  # stated on: 1.33-1.34 take image volumes
                          "mountPath": draw(st.sampled_from(["/trtwarm-engines"] * 5 + ["/models", "/trtwarm/triton",
                                                                                       "/tmp", "/engines"]))}}
     prewarm: dict[str, Any] = {"enabled": draw(st.sampled_from([False, False, False, True]))}
     if prewarm["enabled"]:
-        prewarm["gpus"] = draw(st.lists(st.sampled_from(GPUS), max_size=3, unique_by=lambda g: g["product"]))
+        prewarm["gpus"] = draw(st.lists(st.sampled_from(GPUS), min_size=draw(st.sampled_from([0, 1, 1])), max_size=3,
+                                        unique_by=lambda g: g["product"]))  # none: refused, naming prewarm.gpus
         prewarm["matrix"] = {"models": [{"model": "a.onnx"}]}
         if draw(st.sampled_from([True, True, False])):  # mostly a pre-warm that can work: a node cache, a repository
             cache.update(type="hostPath", hostPath={"path": "/var/lib/trtwarm/cache", "type": "Directory"})
@@ -106,7 +108,7 @@ def chart_values(draw: Any) -> dict[str, Any]:
         "cache": cache,
         "exporter": {"enabled": draw(st.booleans()) or gc_mode != "none" or metrics_on,
                      "mode": draw(st.sampled_from(["native", "native", "legacy"])),
-                     "port": draw(st.sampled_from([9400, 9400, 9400, 9400, 8000, 8001, 8002, 9090]))},
+                     "port": draw(st.sampled_from([9400] * 6 + [8000, 8001, 8002, 9090]))},
         "gc": {"mode": gc_mode},
         "metrics": {"enabled": metrics_on, "kind": draw(st.sampled_from(["PodMonitor", "ServiceMonitor"])),
                     "rules": {"enabled": draw(st.booleans())}},

@@ -183,6 +183,7 @@ def test_the_secret_stays_out_of_debug_logs_and_error_chains(
     helper(home / "bin", "dbgbad", answer(secret="wrong-" + SECRET))
     credhelper._answers.clear()
     caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="trtwarm")  # an in-process main() earlier in the session set it to INFO
     logging.getLogger("trtwarm").propagate = True
     env = config(home, {"credHelpers": {locked.addr: "dbg"}})
     client = OciClient(parse(f"oci://{locked.addr}/engines/dbg", env))
