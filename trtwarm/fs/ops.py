@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -36,20 +37,37 @@ class Mount(NamedTuple):
     super_options: str = ""  # the filesystem's own options (the superblock's: "ro" there binds every mount of it)
 
 
-def mount_of(path: Path | str, mountinfo: str) -> Mount:
-    """The mount holding *path* in *mountinfo* (the text of ``/proc/self/mountinfo``): the longest mount point above
-    it, the later line on a tie (a mount stacked over another). Unknown: ``Mount("/", "/", "", "", "")``."""
-    path, best = str(path), Mount("/", "/", "", "", "")
+def _mounts(mountinfo: str) -> Iterator[tuple[str, Mount]]:
+    """``(mount id, Mount)`` of each well-formed line of *mountinfo*."""
     for line in mountinfo.splitlines():
         left, _, right = line.partition(" - ")
         fields, tail = left.split(), right.split()
         if len(fields) < 6 or len(tail) < 3:
             continue
-        point = fields[4].replace("\\040", " ")
+        yield fields[0], Mount(fields[4].replace("\\040", " "), fields[3].replace("\\040", " "), fields[2], tail[0],
+                               tail[2] + "," + fields[5], tail[2])
+
+
+def mount_of(path: Path | str, mountinfo: str) -> Mount:
+    """The mount holding *path* in *mountinfo* (the text of ``/proc/self/mountinfo``): the longest mount point above
+    it, the later line on a tie (a mount stacked over another). Unknown: ``Mount("/", "/", "", "", "")``."""
+    path, best = str(path), Mount("/", "/", "", "", "")
+    for _id, mount in _mounts(mountinfo):
+        point = mount.point
         if (path == point or path.startswith(point.rstrip("/") + "/")) and len(point) >= len(best.point):
-            best = Mount(point, fields[3].replace("\\040", " "), fields[2], tail[0], tail[2] + "," + fields[5],
-                         tail[2])
+            best = mount
     return best
+
+
+def mount_of_fd(fd: int, mountinfo: str) -> Mount | None:
+    """The mount the open file *fd* was reached through (``mnt_id`` of ``/proc/self/fdinfo/<fd>``, found in
+    *mountinfo*): the file's, whatever path leads to it now. None when unknown."""
+    try:
+        with open(f"/proc/self/fdinfo/{fd}", encoding="ascii", errors="replace") as handle:
+            mnt_id = next((line.split()[1] for line in handle if line.startswith("mnt_id:")), None)
+    except (OSError, IndexError):
+        return None
+    return next((mount for found, mount in _mounts(mountinfo) if found == mnt_id), None) if mnt_id else None
 
 
 def mountinfo() -> str | None:
@@ -167,6 +185,7 @@ def pid_alive(pid: int) -> bool:
 __all__ = [
     "Mount",
     "mount_of",
+    "mount_of_fd",
     "mountinfo",
     "FULL_ERRNOS",
     "READ_ONLY_ERRNOS",

@@ -54,6 +54,7 @@ class Plan:
     stuck: tuple[Any, Any, str] | None = None  # (entry dir, its identity, why): damaged, and not movable from here
     memo: Path | None = None  # the stat cache the model's digests were memoised in (see _memo_dir)
     seeded: bool = False  # the entry handed over is in a --seed-cache tier (trtwarm.init.seed)
+    in_place: bool = False  # ... on a mount nothing can write, its files checked in place (trtwarm.init.seed)
 
     @property
     def store(self) -> EngineStore:

@@ -1,0 +1,56 @@
+"""More windows between a check and a use, attacked by a writer of the volume or of a seed tier (:mod:`adversary`,
+real processes): variants that ``test_windows.py`` does not try. Each test asserts what must hold whoever wins the
+race: nothing unverified handed over, no exit 1, nothing outside the cache changed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from adversary import CLOSE_NOWRITE, Adversary, Trap
+from conftest import cmd_init_args, entries, run_trtwarm
+from test_windows import EVIL, _handed, _trusted
+
+
+def test_a_seed_entry_turned_into_a_link_to_an_image_volume_is_still_copied(model: Path, tmp_path: Path) -> None:
+    """Window: between the check of an entry in a mutable seed tier and the hand-off's decision to link in place.
+    The decision was the path's: an entry directory swapped for a link to any directory on an image volume (an
+    immutable mount) after its check made the init link the server to ``<tier>/entries/<name>/...`` through that
+    link, with no copy and no recheck; the writer then points the link at its own bytes."""
+    private, enforce = _trusted(tmp_path)
+    seed_src, seed = tmp_path / "seed-src", tmp_path / "seed"
+    image_src, empty, image = tmp_path / "image-src", tmp_path / "empty", tmp_path / "image"
+    assert run_trtwarm(*cmd_init_args(model, seed_src, tmp_path / "h0", "--signing-key", str(private))).returncode == 0
+    [entry] = entries(seed_src)
+    for where in (seed, empty, image, image_src / "any", tmp_path / "evil"):
+        where.mkdir(parents=True)
+    (image_src / "any" / "engine.plan").write_bytes(b"on an image volume")
+    (tmp_path / "evil" / "engine.plan").write_bytes(EVIL)
+    subprocess.run(["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={image_src}:{empty}", str(image)],
+                   check=True)
+    subprocess.run(["mount", "--bind", str(seed_src), str(seed)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(seed)], check=True)
+
+        def to_image(engine: Path) -> None:
+            os.rename(engine.parent, tmp_path / "aside")
+            os.symlink(image / "any", engine.parent)
+
+        trap = Trap(entry, "engine.plan", CLOSE_NOWRITE, to_image)
+        with Adversary(trap):
+            run = run_trtwarm(*cmd_init_args(model, tmp_path / "cache", tmp_path / "h1", "--read-only",
+                                             "--seed-cache", str(seed), "--trust-policy", str(enforce)))
+        assert trap.fired, "the attack did not happen"
+        assert "Traceback" not in run.stderr, run.stderr
+        os.unlink(entry)  # later, the writer points its link at its own bytes
+        os.symlink(tmp_path / "evil", entry)
+        assert _handed(tmp_path / "h1") in (None, model.read_bytes()), "the server reads what the tier's writer chose"
+        if run.returncode == 0:
+            report = json.loads((tmp_path / "h1" / "engine.json").read_text())
+            assert report["handoff"] == "copy", report
+    finally:
+        subprocess.run(["umount", str(seed)], check=True)
+        subprocess.run(["umount", str(image)], check=True)
