@@ -166,8 +166,22 @@ def volume_full(path: Path, margin: int = 1 << 20) -> bool:
     return st.f_bavail * st.f_frsize < margin
 
 
+#: the largest process id Linux gives (``PID_MAX_LIMIT`` on 64-bit; ``/proc/sys/kernel/pid_max`` is at most this)
+PID_MAX = 1 << 22
+
+
+def pid_field(text: str) -> int | None:
+    """The process id in *text*, a field of a name trtwarm made (``<key16>.<host>.<pid>.<rand>``): up to 18 ASCII
+    digits, else None (a name a writer of the volume made up, e.g. ``²³``, which ``int`` reads as nothing). A number
+    no process can have (0, 30 digits) is still a number: :func:`pid_alive` says no process has it."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None
+
+
 def pid_alive(pid: int) -> bool:
-    """Return whether a process with *pid* runs on this host (a zombie, killed but not yet reaped, does not)."""
+    """Return whether a process with *pid* runs on this host (a zombie, killed but not yet reaped, does not; nor
+    does a pid no process can have)."""
+    if not 0 < pid <= PID_MAX:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -195,7 +209,9 @@ __all__ = [
     "atomic_write_json",
     "fsync_dir",
     "fsync_file",
+    "PID_MAX",
     "pid_alive",
+    "pid_field",
     "read_bounded",
     "read_bounded_stat",
     "read_fd",

@@ -25,7 +25,7 @@ from typing import Any
 from trtwarm import __version__
 from trtwarm.errors import BuildError, ConfigError, EntryInvalid
 from trtwarm.fs import safe
-from trtwarm.fs.ops import pid_alive, volume_full
+from trtwarm.fs.ops import pid_alive, pid_field, volume_full
 from trtwarm.init.plan import Plan
 from trtwarm.volume.entry import UNSIGNED, Entry
 from trtwarm.volume.files import SCHEMA, stage_built
@@ -136,7 +136,8 @@ def _sweep_private(parent: Path) -> None:
         return
     for name in names:
         parts = name[len(_PRIVATE):].split(".")
-        if len(parts) == 4 and parts[1] == host_tag() and parts[2].isdigit() and not pid_alive(int(parts[2])):
+        pid = pid_field(parts[2]) if len(parts) == 4 and parts[1] == host_tag() else None
+        if pid is not None and not pid_alive(pid):
             log.info("removing the private build directory %s left by an init that is gone", name)
             safe.rmtree(parent, parent / name, ignore_errors=True)
 

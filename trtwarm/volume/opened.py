@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -80,7 +79,9 @@ class Dir:
         finally:
             parent_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
-                shutil.rmtree(path.name, ignore_errors=True, dir_fd=parent_fd)
+                safe.rmtree_at(parent_fd, path.name, ignore_errors=True)
+            except OSError:  # gone, or replaced by a link (never followed)
+                pass
             finally:
                 os.close(parent_fd)
 

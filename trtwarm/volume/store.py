@@ -30,7 +30,7 @@ from typing import Any
 from trtwarm.fs import safe
 from trtwarm.fs.atomic import touch_below
 from trtwarm.errors import EntryInvalid
-from trtwarm.fs.ops import READ_ONLY_ERRNOS, fsync_dir, pid_alive
+from trtwarm.fs.ops import READ_ONLY_ERRNOS, fsync_dir, pid_alive, pid_field
 from trtwarm.key import sanitize
 from trtwarm.names import bounded
 from trtwarm.volume.files import MANIFEST, SIGNATURE
@@ -194,7 +194,8 @@ def staging_stale(path: Path, now: float, max_age: float = STALE_STAGING_SECONDS
         age = now - path.stat().st_mtime
     except FileNotFoundError:
         return False
-    dead = len(parts) >= 4 and parts[-3] == _host() and parts[-2].isdigit() and not pid_alive(int(parts[-2]))
+    pid = pid_field(parts[-2]) if len(parts) >= 4 and parts[-3] == _host() else None
+    dead = pid is not None and not pid_alive(pid)
     return dead or age > max_age
 
 
