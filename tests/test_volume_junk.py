@@ -5,6 +5,7 @@ wedged: what trtwarm cleans up goes (any depth), what it cannot use is refused (
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import cmd_init_args, entries, run_trtwarm
+from test_windows import _trusted
 
 from trtwarm.volume.store import host_tag
 
@@ -141,6 +143,34 @@ def test_a_directory_where_the_build_lock_or_its_owner_record_belongs_is_refused
     _no_bug(built)
     assert built.returncode == 9 and str(planted) in built.stderr and "a directory where" in built.stderr, built.stderr
 
+
+
+def test_an_unsigned_entry_claiming_terabytes_is_refused_before_a_byte_is_read(model: Path, cache: Path,
+                                                                             tmp_path: Path) -> None:
+    """Under enforce, an unsigned entry whose manifest lists a 4 TiB sparse engine (consistent sizes, made in a
+    millisecond): every start hashed all 4 TiB of zeros (hours) before the trust check refused it. The signature
+    is judged on the manifest and envelope as read, before any listed file is opened."""
+    private, enforce = _trusted(tmp_path)
+    entry = _built(model, cache, tmp_path)
+    doc = json.loads((entry / "manifest.json").read_text())
+    huge = 4 << 40
+    with open(entry / doc["engine_file"], "wb") as engine:
+        engine.truncate(huge)
+    doc.update(engine_bytes=huge, engine_sha256="0" * 64)
+    for row in doc["files"]:
+        if row["role"] == "engine":
+            row.update(bytes=huge, sha256="0" * 64)
+            row.pop("chunk_bytes", None)
+            row.pop("chunk_sha256", None)
+    (entry / "manifest.json").write_text(json.dumps(doc))
+    consumer = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h1", "--read-only", "--trust-policy",
+                                          str(enforce)), timeout=90)
+    assert consumer.returncode == 7 and "unsigned" in consumer.stderr, consumer.stderr
+    builder = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h2", "--trust-policy", str(enforce),
+                                         "--signing-key", str(private)), timeout=90)
+    assert builder.returncode == 0 and builder.summary["result"] == "built", builder.stderr
+    assert run_trtwarm("verify", "--cache-dir", str(cache), "--trust-policy", str(enforce),
+                       timeout=90).returncode == 0
 
 
 @settings(max_examples=500, deadline=None)

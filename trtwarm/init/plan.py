@@ -86,6 +86,11 @@ class Plan:
             return self.stamps.checker(self.copier)
         return self.copier
 
+    def trust_check(self, entry: Entry) -> None:
+        """The trust policy on *entry*'s manifest and envelope as read: before a byte of its files is read (pass it as
+        ``trust`` to :func:`~trtwarm.volume.entry.check_entry`). :raises EntryInvalid: untrusted under enforce"""
+        self.gate.check(entry, model_part(self.name))
+
     def load_check(self, trust: bool = True) -> Callable[[Entry], None]:
         """The checks before an entry is handed over, all on what was verified: the trust policy on the manifest and
         envelope as read, the builder's checks on its verified bytes (a private directory of links to the checked
@@ -94,7 +99,7 @@ class Plan:
         policy before its download (the staging directory does not carry the entry's name yet)."""
         def check(entry: Entry) -> None:
             if trust:
-                self.gate.check(entry, model_part(self.name))  # the signature, before a byte of the engine is read
+                self.trust_check(entry)  # the signature, before a byte of the engine is loaded
             load = self.settings.verify == "load"
             if not load and type(self.builder).precheck is Builder.precheck:
                 return  # nothing to read

@@ -62,8 +62,8 @@ def lookup(plan: Any) -> Entry | None:
         checker = (plan.stamps.checker() if plan.stamps else None) if in_place else plan.checker
         entry = None
         try:
-            entry = check_entry(path, plan.key, checker=checker, keep=True)
-            plan.load_check()(entry)  # the signature under a trust policy, the builder's checks, on what was checked
+            entry = check_entry(path, plan.key, checker=checker, keep=True, trust=plan.trust_check)  # trust first
+            plan.load_check(trust=False)(entry)  # the builder's checks, on what was checked
             # the path guessed; the files checked decide (a link swapped in for the entry since leads elsewhere)
             plan.in_place = in_place and entry.opened is not None and immutable_fds(entry.opened.fds.values())
         except EntryInvalid as exc:

@@ -51,7 +51,8 @@ def _lookup(plan: Plan) -> Entry | None:
     start = time.monotonic()
     store = plan.store
     plan.gate.preload()  # the verifier's import overlaps with the hashing that comes next
-    entry = store.lookup(plan.key, plan.name, plan.load_check(), plan.checker)
+    entry = store.lookup(plan.key, plan.name, plan.load_check(trust=False), plan.checker,
+                         trust=plan.trust_check)  # the signature first: an untrusted entry is never read
     plan.seconds["verify"] = plan.seconds.get("verify", 0.0) + time.monotonic() - start
     if store.stuck is not None:  # damaged, and this Pod cannot move it away: remember which one, and why
         path, reason = store.stuck

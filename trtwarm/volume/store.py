@@ -66,20 +66,22 @@ class EngineStore:
             return None
 
     def lookup(self, key: str, name: str | None = None, check: Callable[[Entry], None] | None = None,
-               checker: Checker | None = None) -> Entry | None:
+               checker: Checker | None = None, trust: Callable[[Entry], None] | None = None) -> Entry | None:
         """Return the verified entry for *key*, holding its verified bytes (:attr:`Entry.opened`: close it when
         done), or None; a bad entry is quarantined and reported as None.
 
-        :param check: an extra check (e.g. the trust policy, a real load) on the verified entry; it raises
-            :class:`EntryInvalid` to reject it
+        :param check: an extra check (e.g. a real load) on the verified entry; it raises :class:`EntryInvalid` to
+            reject it
         :param checker: see :func:`check_entry`
+        :param trust: the trust policy, on the manifest and envelope as read, before any file is opened (see
+            :func:`check_entry`)
         """
         path = self.find(key, name)
         if path is None:
             return None
         entry = None
         try:
-            entry = check_entry(path, key, checker=checker, keep=True)
+            entry = check_entry(path, key, checker=checker, keep=True, trust=trust)
             if check is not None:
                 check(entry)
         except EntryInvalid as exc:
