@@ -173,6 +173,29 @@ def test_an_unsigned_entry_claiming_terabytes_is_refused_before_a_byte_is_read(m
                        timeout=90).returncode == 0
 
 
+
+def test_what_others_put_in_a_shared_build_directory_fails_no_build(model: Path, cache: Path, tmp_path: Path) -> None:
+    """A host's ``/tmp`` as the build directory (TMPDIR): another user's link or directory named like a private
+    build directory of a dead init of this host made the sweep refuse (exit 9) every build on the host, or remove
+    the other user's files. Only this uid's directories are swept."""
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    (tmp_path / "victim").mkdir()
+    (tmp_path / "victim" / "keep").write_text("k")
+    dead = f"{2 ** 22 + 1}"
+    link = shared / f"trtwarm-build-0123456789abcdef.{host_tag()}.{dead}.x1"
+    link.symlink_to(tmp_path / "victim")
+    theirs = shared / f"trtwarm-build-0123456789abcdef.{host_tag()}.{dead}.x2"
+    theirs.mkdir()
+    (theirs / "their-file").write_text("t")
+    os.chown(theirs, 65534, 65534)
+    built = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h"), env={"TMPDIR": str(shared)})
+    _no_bug(built)
+    assert built.returncode == 0 and built.summary["result"] == "built", built.stderr
+    assert link.is_symlink() and (theirs / "their-file").exists() and (tmp_path / "victim" / "keep").exists()
+
+
 @settings(max_examples=500, deadline=None)
 @given(text=st.text(max_size=40) | st.from_regex(r"[0-9]{1,30}", fullmatch=True))
 def test_a_pid_field_is_a_pid_a_process_can_have_or_none(text: str) -> None:

@@ -10,9 +10,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from adversary import CLOSE_NOWRITE, Adversary, Trap
+from adversary import CLOSE_NOWRITE, CREATE, Adversary, Trap
 from conftest import cmd_init_args, entries, run_trtwarm
-from test_windows import EVIL, _handed, _trusted
+from test_windows import EVIL, _builder_args, _handed, _trusted
 
 
 def test_a_seed_entry_turned_into_a_link_to_an_image_volume_is_still_copied(model: Path, tmp_path: Path) -> None:
@@ -54,3 +54,34 @@ def test_a_seed_entry_turned_into_a_link_to_an_image_volume_is_still_copied(mode
     finally:
         subprocess.run(["umount", str(seed)], check=True)
         subprocess.run(["umount", str(image)], check=True)
+
+
+def test_a_build_directory_under_a_shared_parent_swapped_for_the_writers(model: Path, cache: Path,
+                                                                          tmp_path: Path) -> None:
+    """Window: between the private build directory's creation and the build tool's writes, when ``--build-dir``
+    (or TMPDIR) is a directory others can write (mode 0777, no sticky bit: a shared hostPath). The writer renames the
+    private directory away and puts its own under the name: the build tool wrote, and the load check read, the
+    writer's directory, while the copy into staging read the private one (empty): exit 1 ("a bug"); had the swap
+    come before the directory was opened, the whole build ran in the writer's directory."""
+    private, enforce = _trusted(tmp_path)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+
+    def swap(made: Path) -> None:  # the writer's own directory (another uid's, open to all) under the name
+        os.rename(made, tmp_path / "aside")
+        made.mkdir()
+        os.chown(made, 65534, 65534)
+        made.chmod(0o777)
+
+    trap = Trap(shared, "trtwarm-build-*", CREATE, swap, dirs=True)
+    with Adversary(trap):
+        built = run_trtwarm(*_builder_args(model, cache, tmp_path / "hb", "--signing-key", str(private),
+                                           "--trust-policy", str(enforce), "--build-dir", str(shared)))
+    assert trap.fired, "the attack did not happen"
+    assert built.returncode != 1 and "Traceback" not in built.stderr, built.stderr
+    assert _handed(tmp_path / "hb") in (None, model.read_bytes())
+    if built.returncode == 2:  # the swap came before the directory was opened: the writer's is refused
+        assert "another owner" in built.stderr and _handed(tmp_path / "hb") is None, built.stderr
+    else:
+        assert built.returncode == 0 and _handed(tmp_path / "hb") == model.read_bytes(), built.stderr

@@ -162,21 +162,7 @@ def rmtree_at(parent: int, name: str, *, ignore_errors: bool = False) -> None:
     """
     top = os.open(name, _DIR_FLAGS, dir_fd=parent)
     try:
-        tag = f".trtwarm-rm.{os.getpid()}.{os.urandom(4).hex()}"
-        left, drained = _drain(top, top, tag, ignore_errors), 0
-        while left:
-            sub = left.pop()
-            drained += 1
-            try:
-                fd = os.open(sub, _DIR_FLAGS, dir_fd=top)
-                try:
-                    left += _drain(fd, top, f"{tag}.{drained}", ignore_errors)
-                finally:
-                    os.close(fd)
-                os.rmdir(sub, dir_fd=top)
-            except OSError:
-                if not ignore_errors:
-                    raise
+        clear_at(top, ignore_errors=ignore_errors)
     finally:
         os.close(top)
     try:
@@ -184,6 +170,25 @@ def rmtree_at(parent: int, name: str, *, ignore_errors: bool = False) -> None:
     except OSError:
         if not ignore_errors:
             raise
+
+
+def clear_at(top: int, *, ignore_errors: bool = False) -> None:
+    """Remove everything in the directory *top* (a descriptor), as :func:`rmtree_at` does, and leave it empty."""
+    tag = f".trtwarm-rm.{os.getpid()}.{os.urandom(4).hex()}"
+    left, drained = _drain(top, top, tag, ignore_errors), 0
+    while left:
+        sub = left.pop()
+        drained += 1
+        try:
+            fd = os.open(sub, _DIR_FLAGS, dir_fd=top)
+            try:
+                left += _drain(fd, top, f"{tag}.{drained}", ignore_errors)
+            finally:
+                os.close(fd)
+            os.rmdir(sub, dir_fd=top)
+        except OSError:
+            if not ignore_errors:
+                raise
 
 
 def _drain(fd: int, top: int, tag: str, ignore_errors: bool) -> list[str]:
@@ -281,5 +286,5 @@ def check_tree(root: Path, names: tuple[str, ...]) -> None:
             raise refusal(Path(root) / name, st)
 
 
-__all__ = ["check_dir", "check_tree", "dir_fd", "makedirs", "refusal", "rename", "rmdir", "rmtree", "rmtree_at",
+__all__ = ["check_dir", "check_tree", "clear_at", "dir_fd", "makedirs", "refusal", "rename", "rmdir", "rmtree", "rmtree_at",
            "unlink", "symlink", "what_is", "write", "write_json"]

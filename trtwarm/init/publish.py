@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import stat
 import tempfile
 import threading
 import time
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm import __version__
-from trtwarm.errors import BuildError, ConfigError, EntryInvalid
+from trtwarm.errors import BuildError, ConfigError, EntryInvalid, UnsafeVolume
 from trtwarm.fs import safe
 from trtwarm.fs.ops import pid_alive, pid_field, volume_full
 from trtwarm.init.plan import Plan
@@ -74,9 +75,9 @@ def _build_into(plan: Plan, private: Dir) -> str:
     start = time.monotonic()
     with ticker("building %s", plan.label, every=plan.settings.progress_interval, detail=plan.builder.progress):
         try:
-            engine = plan.builder.build(plan.settings.model, plan.facts, private.path)
+            engine = plan.builder.build(plan.settings.model, plan.facts, private.proc)  # the directory, not a name
         except BuildError as exc:  # builders word a full disk their own way (ORT: "Protobuf serialization failed")
-            if not volume_full(private.path):
+            if not volume_full(private.proc):
                 raise
             raise BuildError(f"the build failed on a full build directory {private.path.parent}: {exc.message}",
                              hint="give the build directory room for the engine (--build-dir, TRTWARM_BUILD_DIR; "
@@ -89,7 +90,7 @@ def _build_into(plan: Plan, private: Dir) -> str:
     except EntryInvalid as exc:
         raise BuildError(f"the freshly built engine {exc.reason}", hint="the builder produced an engine this node "
                          "cannot load; check the builder and runtime versions") from exc
-    return engine.relative_to(private.path).as_posix()
+    return engine.relative_to(private.proc).as_posix()
 
 
 def _stage(plan: Plan, private: Dir, staging: Dir, engine_file: str) -> tuple[dict[str, Any], Entry]:
@@ -123,13 +124,16 @@ def private_build_dir(plan: Plan) -> Iterator[Dir]:
             where = parent or tempfile.gettempdir()
             raise ConfigError(f"cannot make a private build directory under {where}: {exc.strerror}",
                               hint="--build-dir (TRTWARM_BUILD_DIR) must name a writable directory off the cache "
-                              "volume (in a Pod: an emptyDir with room for the engine)") from exc
+                              "volume that only this Pod writes (in a Pod: an emptyDir with room for the engine)") \
+                from exc
         yield private
 
 
 def _sweep_private(parent: Path) -> None:
     """Remove the private build directories under *parent* of this host's inits that are gone (``<prefix><key16>.
-    <host>.<pid>.<rand>``, the pid dead): a killed build leaves its partial engine there."""
+    <host>.<pid>.<rand>``, the pid dead): a killed build leaves its partial engine there. Only directories of this
+    uid: in a *parent* others write (a host's ``/tmp``), what they put there under such a name (a link, a file,
+    their directory) is theirs, skipped, never a reason to fail the build."""
     try:
         names = [p.name for p in parent.iterdir() if p.name.startswith(_PRIVATE)]
     except OSError:
@@ -137,9 +141,16 @@ def _sweep_private(parent: Path) -> None:
     for name in names:
         parts = name[len(_PRIVATE):].split(".")
         pid = pid_field(parts[2]) if len(parts) == 4 and parts[1] == host_tag() else None
-        if pid is not None and not pid_alive(pid):
+        if pid is None or pid_alive(pid):
+            continue
+        try:
+            st = os.lstat(parent / name)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+                continue
             log.info("removing the private build directory %s left by an init that is gone", name)
             safe.rmtree(parent, parent / name, ignore_errors=True)
+        except (OSError, UnsafeVolume) as exc:  # swapped meanwhile: not ours to remove
+            log.debug("not removing %s: %s", name, exc)
 
 
 def build_and_publish(plan: Plan) -> Entry | None:

@@ -70,20 +70,38 @@ class Dir:
     @contextlib.contextmanager
     def private(cls, parent: Path | None, prefix: str) -> Iterator[Dir]:
         """A new directory only this process's uid can enter (``mkdtemp``, mode 0700) under *parent* (None: the
-        process's temporary directory), removed with everything in it afterwards. Descriptors opened below it stay
-        readable after that (the space returns when they are closed)."""
+        process's temporary directory), emptied through its descriptor and removed afterwards. Use it through
+        :attr:`proc`, never its path: a writer of a shared *parent* can rename it away and put its own under the name.
+        Descriptors opened below it stay readable after that (the space returns when they are closed).
+
+        :raises OSError: it cannot be made, or what was opened under its name is not the directory made (``EPERM``)
+        """
         path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+        made = cls(os.open(path, DIR_FLAGS), path)  # O_NOFOLLOW: a link swapped in for it is refused
+        st = os.fstat(made.fd)
         try:
-            with cls(os.open(path, DIR_FLAGS), path) as made:
-                yield made
+            if st.st_uid != os.geteuid() or st.st_mode & 0o077:  # another's, swapped in at once
+                raise OSError(errno.EPERM, "a directory of another owner stands where the private one was made",
+                              str(path))
+            yield made
         finally:
-            parent_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                safe.rmtree_at(parent_fd, path.name, ignore_errors=True)
-            except OSError:  # gone, or replaced by a link (never followed)
-                pass
-            finally:
-                os.close(parent_fd)
+            with contextlib.suppress(OSError):
+                safe.clear_at(made.fd, ignore_errors=True)
+            made.close()
+            with contextlib.suppress(OSError):  # the name, only while it is still the directory made
+                parent_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                try:
+                    found = os.lstat(path.name, dir_fd=parent_fd)
+                    if (found.st_dev, found.st_ino) == (st.st_dev, st.st_ino):
+                        os.rmdir(path.name, dir_fd=parent_fd)
+                finally:
+                    os.close(parent_fd)
+
+    @property
+    def proc(self) -> Path:
+        """``/proc/<pid>/fd/<n>``: the directory opened, whatever its name is now (and whatever stands under that
+        name); a path for a build tool or a runtime, this process's children included, while it is open."""
+        return Path(f"/proc/{os.getpid()}/fd/{self.fd}")
 
     def close(self) -> None:
         """Close the descriptor (idempotent)."""

@@ -77,7 +77,7 @@ class Bytes:
                     os.symlink(self.proc(rel), name, dir_fd=fd)
             if manifest is not None:
                 view.write_new("manifest.json", manifest, 0o600)
-            yield view.path
+            yield view.proc  # the directory made, whatever a writer of its parent puts under its name
 
     def copy_into(self, target: Dir, rows: list[dict[str, Any]], mode: int = 0o644) -> str | None:
         """Copy each row's verified bytes into the new file ``target/<path>``, checking them against the row as
