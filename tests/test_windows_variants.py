@@ -10,9 +10,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from adversary import CLOSE_NOWRITE, CREATE, Adversary, Trap
+from adversary import CLOSE_NOWRITE, CREATE, Adversary, Trap, tree, victim
 from conftest import cmd_init_args, entries, run_trtwarm
 from test_windows import EVIL, _builder_args, _handed, _trusted
+
+from trtwarm.volume.layout import Layout
 
 
 def test_a_seed_entry_turned_into_a_link_to_an_image_volume_is_still_copied(model: Path, tmp_path: Path) -> None:
@@ -85,3 +87,32 @@ def test_a_build_directory_under_a_shared_parent_swapped_for_the_writers(model: 
         assert "another owner" in built.stderr and _handed(tmp_path / "hb") is None, built.stderr
     else:
         assert built.returncode == 0 and _handed(tmp_path / "hb") == model.read_bytes(), built.stderr
+
+
+@pytest.mark.parametrize("what", ["a file", "a link to a credential file"])
+def test_a_name_taken_in_staging_before_the_builder_writes_it(model: Path, cache: Path, tmp_path: Path,
+                                                              what: str) -> None:
+    """Window: between the staging directory's creation and the copy of the build into it. A writer of the volume
+    (same uid, or the volume's group on a group-shared volume) creates ``engine.plan`` there first: the copy's
+    ``O_EXCL`` create refused it (nothing followed or truncated) but the ``FileExistsError`` ended the init with exit
+    1 ("a bug in trtwarm"). Now a refusal naming it (exit 9), like any other file trtwarm did not make in its own
+    directory."""
+    private, enforce = _trusted(tmp_path)
+    outside = victim(tmp_path / "victim")
+    before = tree(outside)
+    Layout(cache).ensure()
+
+    def take(staged: Path) -> None:
+        if what == "a file":
+            (staged / "engine.plan").write_bytes(EVIL)
+        else:
+            os.symlink(outside / "credentials", staged / "engine.plan")
+
+    trap = Trap(cache / ".staging", "*", CREATE, take, dirs=True)
+    with Adversary(trap):
+        built = run_trtwarm(*_builder_args(model, cache, tmp_path / "hb", "--signing-key", str(private),
+                                           "--trust-policy", str(enforce)))
+    assert trap.fired, "the attack did not happen"
+    assert built.returncode == 9 and "made by someone else" in built.stderr, built.stderr
+    assert tree(outside) == before
+    assert _handed(tmp_path / "hb") in (None, model.read_bytes())

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from trtwarm.errors import EntryInvalid
+from trtwarm.errors import EntryInvalid, UnsafeVolume
 from trtwarm.fs import chunked, safe
 from trtwarm.fs.copy import clone
 from trtwarm.fs.ops import TooLarge, read_fd
@@ -212,9 +212,17 @@ class Dir:
 
     def create(self, rel: str, mode: int, dir_mode: int = 0o755) -> int:
         """A new file *rel* (never an existing one, never through a link), its directories made with *dir_mode*;
-        its mode set on the descriptor (``fchmod``: the umask cannot narrow it). :return: its descriptor"""
-        with self._parent_of(rel, create=dir_mode) as (parent, name):
-            fd = os.open(name, NEW_FLAGS, mode, dir_fd=parent)
+        its mode set on the descriptor (``fchmod``: the umask cannot narrow it). :return: its descriptor
+
+        :raises UnsafeVolume: something trtwarm did not make stands at *rel* or on its way (this directory is
+            trtwarm's own: staging, the hand-off's copies): refused, nothing followed, truncated or deleted
+        """
+        try:
+            with self._parent_of(rel, create=dir_mode) as (parent, name):
+                fd = os.open(name, NEW_FLAGS, mode, dir_fd=parent)
+        except (FileExistsError, EntryInvalid):
+            raise UnsafeVolume(f"{self.path / rel} was made by someone else in trtwarm's own directory {self.path} "
+                               "before trtwarm wrote it: refused, nothing followed, truncated or deleted") from None
         os.fchmod(fd, mode)
         return fd
 
