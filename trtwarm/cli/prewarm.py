@@ -152,7 +152,7 @@ def _pull(settings: Any, remote: Any, gpu: Any, dry_run: bool) -> dict[str, Any]
     try:
         if store.find(plan.key, plan.name) is not None:
             return {**out, "result": "present", "detail": "another process published it meanwhile"}
-        entry = sync.pull(plan.key, plan.name, plan.load_check(trust=False))
+        entry = sync.pull(plan.key, plan.name, plan.load_check(trust=False, pulled=True))
     except RemoteError:
         if sync.refused is None:
             raise

@@ -193,7 +193,8 @@ def _remote_push_staged(plan: Plan, staging: Dir, built: Entry) -> Entry | None:
     publishes the winner's."""
     if plan.remote is None or plan.settings.remote_push != "required":
         return None
-    adopted: Entry | None = plan.remote.push_staged(staging, built, plan.name, plan.load_check(trust=False))
+    check = plan.load_check(trust=False, pulled=True)
+    adopted: Entry | None = plan.remote.push_staged(staging, built, plan.name, check)
     return adopted
 
 

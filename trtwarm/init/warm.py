@@ -115,7 +115,8 @@ def _pull_or_build_locked(plan: Plan, lock: BuildLock) -> tuple[str, Entry | Non
     if plan.remote is not None:
         lock.doing(f"pulling from {plan.remote.repo.url}")
         try:
-            if pulled := plan.remote.pull(plan.key, plan.name, plan.load_check(trust=False)):
+            pulled = plan.remote.pull(plan.key, plan.name, plan.load_check(trust=False, pulled=True))
+            if pulled:
                 return "pulled", pulled
         finally:
             lock.doing(None)

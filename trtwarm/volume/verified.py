@@ -93,6 +93,19 @@ class Bytes:
             self.fds[rel] = dst
         return None
 
+    def recheck(self, rows: list[dict[str, Any]], checker: Checker) -> str | None:
+        """Pass each row's verified descriptor through *checker* again (e.g. the hand-off's copier: a private copy,
+        checked as it is made), whose descriptor replaces it here: None, or the path whose bytes no longer match."""
+        for row in rows:
+            rel = row["path"]
+            got = checker(self.fds[rel], row)
+            if got is None:
+                return rel
+            if got != self.fds[rel]:
+                os.close(self.fds[rel])
+                self.fds[rel] = got
+        return None
+
     def close(self) -> None:
         """Close every descriptor (idempotent)."""
         for fd in self.fds.values():
