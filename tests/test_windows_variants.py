@@ -10,7 +10,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from adversary import CLOSE_NOWRITE, CREATE, Adversary, Trap, tree, victim
+from adversary import (CLOSE_NOWRITE, CLOSE_WRITE, CREATE, MOVED_TO, Adversary, Trap, swap_symlink, tree,
+                       victim)
 from conftest import cmd_init_args, entries, run_trtwarm
 from test_windows import EVIL, _builder_args, _handed, _trusted
 
@@ -116,3 +117,38 @@ def test_a_name_taken_in_staging_before_the_builder_writes_it(model: Path, cache
     assert built.returncode == 9 and "made by someone else" in built.stderr, built.stderr
     assert tree(outside) == before
     assert _handed(tmp_path / "hb") in (None, model.read_bytes())
+
+
+@pytest.mark.parametrize("push", ["best-effort", "required"])
+def test_a_push_to_an_oci_registry_never_uploads_a_file_a_link_swapped_in_points_at(
+        model: Path, cache: Path, tmp_path: Path, push: str) -> None:
+    """The push window of ``test_windows_remote.py`` against a real OCI registry, and with ``--remote-push
+    required`` (the push before the local publish, from staging's neighbour: the private build): a link to a
+    credential file swapped in for the engine in ``.staging`` or in the published entry, right after each is
+    written or read, is never followed; no blob in the registry's storage holds the credential."""
+    from registry import Registry, registry_binary
+
+    if registry_binary() is None:
+        pytest.skip("docker-registry is not installed (apt-get install docker-registry)")
+    outside = victim(tmp_path / "victim")
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "XDG_RUNTIME_DIR": str(home), "DOCKER_CONFIG": str(home / ".docker"),
+           "REGISTRY_AUTH_FILE": ""}
+    server = Registry(tmp_path / "registry").start()
+    try:
+        Layout(cache).ensure()
+        link = swap_symlink(outside / "credentials")
+        traps = (Trap(cache / ".staging", "engine.plan", CLOSE_WRITE, link, deep=True),
+                 Trap(cache / "entries", "*", MOVED_TO, lambda entry: link(entry / "engine.plan"), dirs=True))
+        with Adversary(*traps):
+            built = run_trtwarm(*_builder_args(model, cache, tmp_path / "h", "--remote",
+                                               f"oci://{server.addr}/engines/push-{push}", "--remote-push", push),
+                                env=env)
+        assert any(t.fired for t in traps), "the attack did not happen"
+        assert "Traceback" not in built.stderr and built.returncode != 1, built.stderr
+        stored = [p.read_bytes() for p in server.data.rglob("data") if p.is_file()]
+        assert stored and not any(b"SENTINEL-SECRET" in blob for blob in stored), "a credential was uploaded"
+        assert model.read_bytes() in stored or built.returncode != 0
+    finally:
+        server.stop()
