@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -152,3 +153,36 @@ def test_a_push_to_an_oci_registry_never_uploads_a_file_a_link_swapped_in_points
         assert model.read_bytes() in stored or built.returncode != 0
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("command", ["gc", "rm", "verify --fix"])
+def test_cleanup_never_follows_a_link_swapped_in_for_a_directory_it_removes(model: Path, cache: Path,
+                                                                            tmp_path: Path, command: str) -> None:
+    """Window: between a cleanup's move of an entry (into ``.trash`` or ``.quarantine``) and its removal of the tree:
+    a subdirectory of the entry swapped for a link to a directory outside. Nothing outside changes."""
+    outside = victim(tmp_path / "victim")
+    before = tree(outside)
+    run = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h0"))
+    assert run.returncode == 0, run.stderr
+    [entry] = entries(cache)
+    (entry / "sub" / "deeper").mkdir(parents=True)  # damage for verify; a tree for gc and rm
+    (entry / "sub" / "deeper" / "f").write_text("x")
+    shutil.rmtree(cache / ".leases")  # the init's lease would keep gc and rm away
+
+    def swap(moved: Path) -> None:
+        os.rename(moved / "sub", tmp_path / "aside")
+        os.symlink(outside / "private", moved / "sub")
+
+    where = ".quarantine" if command == "verify --fix" else ".trash"
+    (cache / where).mkdir(exist_ok=True)
+    trap = Trap(cache / where, "*", MOVED_TO | CREATE, swap, dirs=True)
+    args = {"gc": ["gc", "--max-age", "0s", "--yes"], "rm": ["rm", entry.name, "--yes"],
+            "verify --fix": ["verify", "--fix"]}[command]
+    with Adversary(trap):
+        done = run_trtwarm(*args, "--cache-dir", str(cache))
+    assert trap.fired, "the attack did not happen"
+    assert "Traceback" not in done.stderr and done.returncode != 1, done.stderr
+    assert tree(outside) == before, "a cleanup changed something outside the cache"
+    if command == "verify --fix":  # quarantined, kept for inspection: then collected after its grace period
+        done = run_trtwarm("gc", "--cache-dir", str(cache), "--quarantine-grace", "0s", "--yes")
+        assert done.returncode != 1 and tree(outside) == before, done.stderr
