@@ -186,3 +186,34 @@ def test_cleanup_never_follows_a_link_swapped_in_for_a_directory_it_removes(mode
     if command == "verify --fix":  # quarantined, kept for inspection: then collected after its grace period
         done = run_trtwarm("gc", "--cache-dir", str(cache), "--quarantine-grace", "0s", "--yes")
         assert done.returncode != 1 and tree(outside) == before, done.stderr
+
+
+def test_a_build_directory_turned_into_a_link_to_the_volume_after_the_start_is_refused(model: Path, cache: Path,
+                                                                                        tmp_path: Path) -> None:
+    """Window: between the start's check that ``--build-dir`` is off the cache volume and the private directory's
+    creation there. A writer of a directory on its path (here ``shared``, open to all) swaps the build directory
+    for a link into the cache volume: the build was made on the volume, where its writers can reach it. The
+    private directory made is checked again, where its descriptor says it is."""
+    private, enforce = _trusted(tmp_path)
+    shared = tmp_path / "shared"
+    (shared / "b").mkdir(parents=True)
+    shared.chmod(0o777)
+    Layout(cache).ensure()
+    (cache / "elsewhere").mkdir()
+
+    def to_volume(_lock: Path) -> None:
+        os.rename(shared / "b", tmp_path / "aside")
+        os.symlink(cache / "elsewhere", shared / "b")
+
+    swapped = Trap(cache / ".locks", "*.lock", CREATE, to_volume)
+    on_volume = Trap(cache / "elsewhere", "trtwarm-build-*", CREATE, lambda _p: None, dirs=True)
+    with Adversary(swapped, on_volume):
+        built = run_trtwarm(*_builder_args(model, cache, tmp_path / "hb", "--signing-key", str(private),
+                                           "--trust-policy", str(enforce), "--build-dir", str(shared / "b")))
+    assert swapped.fired, "the attack did not happen"
+    assert "Traceback" not in built.stderr, built.stderr
+    if on_volume.fired:  # made there: refused before anything is built in it
+        assert built.returncode == 2 and "is on the cache volume" in built.stderr, built.stderr
+        assert not entries(cache), "a build made on the volume was published"
+    else:
+        assert built.returncode == 0 and _handed(tmp_path / "hb") == model.read_bytes(), built.stderr

@@ -31,6 +31,7 @@ from trtwarm.init.plan import Plan
 from trtwarm.volume.entry import UNSIGNED, Entry
 from trtwarm.volume.files import SCHEMA, stage_built
 from trtwarm.volume.lock import PROGRESS_SECONDS
+from trtwarm.volume.stamps import on_volume
 from trtwarm.volume.store import host_tag
 from trtwarm.volume.verified import Dir
 
@@ -110,6 +111,20 @@ def _stage(plan: Plan, private: Dir, staging: Dir, engine_file: str) -> tuple[di
     return manifest, Entry(layout.entry_dir(plan.name), manifest, built)
 
 
+def check_build_dir(settings: Any, where: Path | None = None) -> None:
+    """Builds happen where nobody else can write: refuse a ``--build-dir`` (or, without one, a temporary directory;
+    *where*: the private directory made there, as its descriptor reaches it) on the cache volume, where a writer of
+    the volume could change the bytes before they are hashed and signed, or in the hand-off directory, which the
+    server's container shares. :raises ConfigError:"""
+    where = where or settings.build_dir or Path(tempfile.gettempdir())
+    for other, what in ((settings.cache_dir, "the cache volume"), (settings.handoff_dir, "the hand-off directory")):
+        if on_volume(where, other):
+            raise ConfigError(f"the build directory {where} is on {what} {other}: others can write there, and a "
+                              "build must be made, loaded and hashed where only this Pod can", hint="point "
+                              "--build-dir (TRTWARM_BUILD_DIR) at a directory of this Pod's own, e.g. an emptyDir "
+                              "with room for the engine (default: TMPDIR)")
+
+
 @contextlib.contextmanager
 def private_build_dir(plan: Plan) -> Iterator[Dir]:
     """A new directory only this process may enter, under ``--build-dir`` (default: the temporary directory),
@@ -126,6 +141,8 @@ def private_build_dir(plan: Plan) -> Iterator[Dir]:
                               hint="--build-dir (TRTWARM_BUILD_DIR) must name a writable directory off the cache "
                               "volume that only this Pod writes (in a Pod: an emptyDir with room for the engine)") \
                 from exc
+        # again where it was made: a link swapped in on the way after the start's check leads elsewhere
+        check_build_dir(plan.settings, Path(os.path.realpath(private.proc)))
         yield private
 
 
