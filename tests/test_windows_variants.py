@@ -4,6 +4,7 @@ race: nothing unverified handed over, no exit 1, nothing outside the cache chang
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -14,7 +15,7 @@ import pytest
 from adversary import (CLOSE_NOWRITE, CLOSE_WRITE, CREATE, MOVED_TO, Adversary, Trap, swap_symlink, tree,
                        victim)
 from conftest import cmd_init_args, entries, run_trtwarm
-from test_windows import EVIL, _builder_args, _handed, _trusted
+from test_windows import EVIL, _builder_args, _forge, _handed, _trusted
 
 from trtwarm.volume.layout import Layout
 
@@ -139,7 +140,12 @@ def test_a_push_to_an_oci_registry_never_uploads_a_file_a_link_swapped_in_points
     server = Registry(tmp_path / "registry").start()
     try:
         Layout(cache).ensure()
-        link = swap_symlink(outside / "credentials")
+        swap = swap_symlink(outside / "credentials")
+
+        def link(path: Path) -> None:
+            with contextlib.suppress(FileNotFoundError):  # published meanwhile: that window is the other trap's
+                swap(path)
+
         traps = (Trap(cache / ".staging", "engine.plan", CLOSE_WRITE, link, deep=True),
                  Trap(cache / "entries", "*", MOVED_TO, lambda entry: link(entry / "engine.plan"), dirs=True))
         with Adversary(*traps):
@@ -217,3 +223,53 @@ def test_a_build_directory_turned_into_a_link_to_the_volume_after_the_start_is_r
         assert not entries(cache), "a build made on the volume was published"
     else:
         assert built.returncode == 0 and _handed(tmp_path / "hb") == model.read_bytes(), built.stderr
+
+
+def test_hits_racing_a_loop_that_swaps_the_engine_and_the_entry_never_hand_over_unsigned_bytes(
+        model: Path, cache: Path, tmp_path: Path) -> None:
+    """No inotify, no timing: a writer of the volume swaps, as fast as it can, the engine for its own bytes (a new
+    inode each time) and the whole entry for a consistent unsigned one, while consumers under enforce start one
+    after the other. Each start either hands over the signed bytes (the copy checked as made) or nothing."""
+    import threading
+
+    private, enforce = _trusted(tmp_path)
+    assert run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h0", "--signing-key", str(private))).returncode == 0
+    [entry] = entries(cache)
+    stash = cache / ".attacker"
+    stash.mkdir()
+    (stash / "genuine").write_bytes(model.read_bytes())
+    (stash / "evil").write_bytes(EVIL[:len(model.read_bytes())])
+    forged = _forge(entry, stash / "forged")
+    shutil.copytree(entry, stash / "pristine")
+    stop = threading.Event()
+
+    def swapper() -> None:
+        turn = 0
+        while not stop.is_set():
+            turn += 1
+            with contextlib.suppress(OSError):
+                if not entry.exists():  # quarantined by a start that caught it: put the signed one back
+                    shutil.copytree(stash / "pristine", stash / "again")
+                    os.rename(stash / "again", entry)
+                name = "evil" if turn % 2 else "genuine"
+                os.link(stash / name, stash / "next")
+                os.replace(stash / "next", entry / "engine.plan")
+                if turn % 7 == 0:  # the whole entry, now and then
+                    os.rename(entry, stash / "aside")
+                    os.rename(forged, entry)
+                    os.rename(entry, forged)
+                    os.rename(stash / "aside", entry)
+
+    thread = threading.Thread(target=swapper, daemon=True)
+    thread.start()
+    try:
+        for i in range(6):
+            run = run_trtwarm(*cmd_init_args(model, cache, tmp_path / f"h{i + 1}", "--read-only", "--trust-policy",
+                                             str(enforce), "--lock-timeout", "1s"))
+            assert "Traceback" not in run.stderr and run.returncode != 1, run.stderr
+            handed = _handed(tmp_path / f"h{i + 1}")
+            assert handed in (None, model.read_bytes()), "a start handed over bytes nobody signed"
+            assert (run.returncode == 0) == (handed is not None), run.stderr
+    finally:
+        stop.set()
+        thread.join(10)
