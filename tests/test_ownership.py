@@ -71,7 +71,6 @@ ALLOWED = {
     ("trtwarm/init/hitrecord.py", "_env_key", "os.unlink"): "its temporary name in the stamp directory",
     ("trtwarm/init/hitrecord.py", "_env_key", ".unlink"): "an older trtwarm's hit records in the stamp directory",
     ("trtwarm/init/hitrecord.py", "_env_key", "os.link"): "the stamp directory's key linked into place",
-    ("trtwarm/trust/keys.py", "read_key_file", "open"): "a key file the operator names",
     ("trtwarm/trust/keys.py", "generate", "os.open"): "`keys generate` writing the operator's new key (O_EXCL)",
     ("trtwarm/trust/keys.py", "generate", "os.chmod"): "the operator's new key file, just made O_EXCL",
     ("trtwarm/trust/keys.py", "generate", ".unlink"): "the operator's half-written new key file",

@@ -111,21 +111,26 @@ class TooLarge(ValueError):
     """A file that should be small is larger than the caller's bound."""
 
 
-def read_bounded(path: Path, limit: int) -> bytes:
+def read_bounded(path: Path, limit: int, *, follow: bool = False) -> bytes:
     """Read at most *limit* bytes of a regular file, refusing symlinks and larger files.
 
+    :param follow: a file the operator names (a trust policy, a key, a calibration cache), whose links are followed:
+        a Kubernetes ConfigMap or Secret volume's files are links into its ``..data`` directory. Never for a file of
+        the volume. A FIFO is still never waited on.
     :raises TooLarge: the file holds more than *limit* bytes
     :raises OSError: the file is missing, a symlink (``ELOOP``), not a regular file (a FIFO or a device that a
         writer of the volume put there: ``EINVAL``, never a read that blocks) or unreadable
     """
-    return read_bounded_stat(path, limit)[0]
+    return read_bounded_stat(path, limit, follow=follow)[0]
 
 
-def read_bounded_stat(path: Path, limit: int, dir_fd: int | None = None) -> tuple[bytes, os.stat_result]:
+def read_bounded_stat(path: Path, limit: int, dir_fd: int | None = None, *,
+                      follow: bool = False) -> tuple[bytes, os.stat_result]:
     """:func:`read_bounded`, and the ``fstat`` of the very file read (one open: who owns what was read, e.g. a
     stamp, is judged on the same file). *dir_fd*: *path* is relative to this directory's descriptor."""
     # O_NONBLOCK: opening a FIFO never waits
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags, dir_fd=dir_fd)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
