@@ -3,8 +3,8 @@ a module does itself what an owner module exists to do.
 
 **Files of the volume, a seed tier, staging, the hand-off directory** (docs/trust.md, "Verified bytes"). The modules
 that handle those paths are the volume, init, lifecycle, trust and sidecar layers, the volume side of the remote
-repository (``remote/pull.py``, ``push.py``, ``sync.py``) and of the TensorRT builder (its shared timing caches):
-:data:`SCOPE`. In them, nothing opens a file (``open``,
+repository (``remote/pull.py``, ``push.py``, ``sync.py``, the engine image's ``remote/oci/image.py``) and of the
+TensorRT builder (its shared timing caches): :data:`SCOPE`. In them, nothing opens a file (``open``,
 ``os.open``, ``Path.open``/``read_*``/``write_*``), hashes or copies one (the hashing and copying helpers of
 ``trtwarm.fs``), changes a mode (``chmod``), renames, links or removes one (``os.rename``/``replace``/``unlink``/
 ``rmdir``, ``shutil.rmtree``/``copy*``/``move``, the same ``Path`` methods) directly. They go through the owners:
@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "trtwarm"
 SCOPE = ("trtwarm/volume/", "trtwarm/init/", "trtwarm/lifecycle/", "trtwarm/trust/", "trtwarm/sidecar/",
          "trtwarm/remote/pull.py", "trtwarm/remote/push.py", "trtwarm/remote/sync.py",
-         "trtwarm/builders/tensorrt/timing_cache.py")
+         "trtwarm/builders/tensorrt/timing_cache.py", "trtwarm/remote/oci/image.py")
 OWNERS = frozenset({"trtwarm/volume/verified.py", "trtwarm/volume/opened.py"})
 #: module functions (``os.X``, ``shutil.X``) and bare names that open, hash, copy, chmod, rename, link or remove
 FORBIDDEN_MODULE_CALLS = {
@@ -75,6 +75,8 @@ ALLOWED = {
     ("trtwarm/trust/keys.py", "generate", "os.chmod"): "the operator's new key file, just made O_EXCL",
     ("trtwarm/trust/keys.py", "generate", ".unlink"): "the operator's half-written new key file",
     ("trtwarm/volume/lock.py", "_wait_shared", "os.open"): "a lock file (flock target): O_NOFOLLOW, never read",
+    ("trtwarm/remote/oci/image.py", "write_layer", "open"): "/proc/<pid>/fd/<n> of a verified descriptor (the file "
+                                                            "checked, whatever its name leads to now)",
     ("trtwarm/init/handoff.py", "write", "atomic_symlink"): "the engine link directly in --handoff-dir",
     ("trtwarm/init/handoff.py", "write", "atomic_write_json"): "engine.json directly in --handoff-dir",
     ("trtwarm/init/handoff.py", "write_failure", "atomic_write_json"): "engine.json directly in --handoff-dir",

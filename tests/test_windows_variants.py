@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from adversary import (CLOSE_NOWRITE, CLOSE_WRITE, CREATE, MOVED_TO, Adversary, Trap, swap_symlink, tree,
+from adversary import (CLOSE_NOWRITE, CLOSE_WRITE, CREATE, MOVED_TO, OPEN, Adversary, Trap, swap_symlink, tree,
                        victim)
 from conftest import cmd_init_args, entries, run_trtwarm
 from test_windows import EVIL, _builder_args, _forge, _handed, _trusted
@@ -273,3 +273,45 @@ def test_hits_racing_a_loop_that_swaps_the_engine_and_the_entry_never_hand_over_
     finally:
         stop.set()
         thread.join(10)
+
+
+def test_an_engine_image_never_packs_a_file_a_link_swapped_into_the_entry_points_at(model: Path, cache: Path,
+                                                                                 tmp_path: Path) -> None:
+    """Window: between ``prebuild --oci-image``'s check of an entry on its cache (a shared volume in the prebuild
+    Job) and the packing of the image layer. The layer was packed from the entry's paths: a link to a credential file
+    (the Job's signing key, in the test a credentials file) swapped in for the engine was followed, and the file went
+    into an image every node pulls. The layer is packed from the descriptors checked, the manifest as read."""
+    import io
+    import tarfile
+
+    from registry import Registry, registry_binary
+
+    if registry_binary() is None:
+        pytest.skip("docker-registry is not installed (apt-get install docker-registry)")
+    outside = victim(tmp_path / "victim")
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "XDG_RUNTIME_DIR": str(home), "DOCKER_CONFIG": str(home / ".docker"),
+           "REGISTRY_AUTH_FILE": ""}
+    matrix = tmp_path / "matrix.json"
+    (tmp_path / model.name).write_bytes(model.read_bytes())
+    matrix.write_text(json.dumps({"models": [{"model": model.name, "shape": ["input=1x16:8x16:32x16"]}],
+                                  "options": {"builder": "onnxruntime"}}))
+    server = Registry(tmp_path / "registry").start()
+    try:
+        Layout(cache).ensure()
+        trap = Trap(cache / "entries", "model.ort.onnx", OPEN, swap_symlink(outside / "credentials"), deep=True)
+        with Adversary(trap):
+            done = run_trtwarm("prebuild", "--matrix", str(matrix), "--cache-dir", str(cache), "--oci-image",
+                               f"{server.addr}/engines/image:v1", env=env)
+        assert trap.fired, "the attack did not happen"
+        assert "Traceback" not in done.stderr and done.returncode != 1, done.stderr
+        stored = [p.read_bytes() for p in server.data.rglob("data") if p.is_file()]
+        assert not any(b"SENTINEL-SECRET" in blob for blob in stored), "a credential file went into the image"
+        if done.returncode == 0:
+            layer = max(stored, key=len)
+            with tarfile.open(fileobj=io.BytesIO(layer)) as tar:
+                packed = {m.name.rsplit("/", 1)[1]: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+            assert b"SENTINEL-SECRET" not in packed["model.ort.onnx"] and packed["manifest.json"]
+    finally:
+        server.stop()

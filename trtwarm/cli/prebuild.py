@@ -161,13 +161,17 @@ def _push_image(ns: argparse.Namespace, environ: Mapping[str, str], cache: Path,
     registry, repository, tag = split_reference(ns.oci_image, tag=True)
     store = _store_at(cache)
     found = []
-    for key, name in dict.fromkeys(keep):
-        entry = store.lookup(key, name)
-        if entry is None:
-            raise ConfigError(f"the entry {name} is not in the local cache {cache}", hint="run prebuild again")
-        found.append((entry.path, entry.manifest))
-    client = OciClient(parse_oci(f"oci://{registry}/{repository}", environ, insecure=ns.insecure_registry))
-    return push_image(client, str(tag), cache, found)
+    try:
+        for key, name in dict.fromkeys(keep):
+            entry = store.lookup(key, name)  # verified: the image is packed from what was checked
+            if entry is None:
+                raise ConfigError(f"the entry {name} is not in the local cache {cache}", hint="run prebuild again")
+            found.append(entry)
+        client = OciClient(parse_oci(f"oci://{registry}/{repository}", environ, insecure=ns.insecure_registry))
+        return push_image(client, str(tag), cache, found)
+    finally:
+        for entry in found:
+            entry.close()
 
 
 def _store(settings: Settings) -> Any:
