@@ -4,6 +4,7 @@ bytes that were built, never a file a link swapped into the entry points at."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import obstore
@@ -14,7 +15,7 @@ from conftest import entries, ort_init_args, run_trtwarm
 from s3server import SeaweedServer, weed_binary
 from test_remote import bucket, objects, s3, url  # noqa: F401 - fixtures
 from test_trust import keypair, policy
-from test_windows import _builder_args, _forge, _handed
+from test_windows import EVIL, _builder_args, _forge, _handed
 
 from trtwarm.volume.layout import Layout
 
@@ -94,3 +95,32 @@ def test_the_load_check_of_a_pull_never_reads_bytes_rewritten_after_their_hash(
     assert trap.fired, "the attack did not happen"
     assert "does not load" not in pulled.stderr and "Traceback" not in pulled.stderr, pulled.stderr
     assert _handed(tmp_path / "hb") in (None, genuine)
+
+
+def test_prebuild_never_pushes_an_unsigned_entry_a_writer_put_on_its_cache(s3: SeaweedServer, url: str,  # noqa: F811
+                                                                           model: Path, tmp_path: Path) -> None:
+    """``trtwarm prebuild`` under an enforced policy with a signing key, on a cache volume others write: a consistent
+    unsigned entry of the row's key put there was "present in the local cache" and pushed as the repository's
+    engine (a ref is never overwritten: every consumer under enforce refused that key until someone removed it).
+    The local entry is judged by the trust policy first: untrusted, it is set aside and the row built and signed."""
+    private, public = keypair(tmp_path, "ci")
+    enforce = policy(tmp_path, "enforce", public)
+    genuine = tmp_path / "genuine"
+    built = run_trtwarm(*_builder_args(model, genuine, tmp_path / "h0"))
+    assert built.returncode == 0, built.stderr
+    [entry] = entries(genuine)
+    cache = tmp_path / "cache"
+    (cache / "entries").mkdir(parents=True)
+    _forge(entry, cache / "entries" / entry.name)
+    (tmp_path / model.name).write_bytes(model.read_bytes())
+    matrix = tmp_path / "matrix.json"
+    command = _builder_args(model, cache, tmp_path / "h")
+    matrix.write_text(json.dumps({"models": [{"model": model.name}], "options": {
+        "builder": "command", "builder-version": "test-1", "device": "cpu",
+        "build-command": command[command.index("--build-command") + 1], "trust-policy": str(enforce),
+        "signing-key": str(private)}}))
+    done = run_trtwarm("prebuild", "--matrix", str(matrix), "--cache-dir", str(cache), "--remote", url,
+                       env=s3.env())
+    assert "Traceback" not in done.stderr, done.stderr
+    assert not any(EVIL[:64] in blob for blob in _blobs(s3, url)), "the writer's unsigned engine was pushed"
+    assert done.returncode == 0 and _blobs(s3, url) == [model.read_bytes()], done.stderr

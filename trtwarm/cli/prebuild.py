@@ -36,17 +36,21 @@ def _one(label: str, settings: Settings, sync: RemoteSync | None, keep: list[tup
     plan = resolve(settings)
     if keep is not None:
         keep.append((plan.key, plan.name))
+
+    def local() -> Any:  # judged by the trust policy first: an entry no trusted key signed is set aside, never pushed
+        return plan.store.lookup(plan.key, plan.name, trust=plan.trust_check)
+
     if sync is None:
-        return "present in the cache" if plan.store.lookup(plan.key, plan.name) else warm(settings).result
+        return "present in the cache" if local() else warm(settings).result
     if sync.repo.get_ref(plan.key) is not None:
-        if keep is not None and plan.store.lookup(plan.key, plan.name) is None:
+        if keep is not None and local() is None:
             sync.strict = True  # a refused or failing pull fails the row: the image must hold every row
             sync.pull(plan.key, plan.name)
             return "present, pulled for the image"
         return "present"
-    local = plan.store.lookup(plan.key, plan.name)
-    if local is not None:
-        sync.push(local)
+    found = local()
+    if found is not None:
+        sync.push(found)
         return f"pushed from the local cache ({sync.stats['push']}){_digest(sync.stats)}"
     report = warm(settings)
     return f"{report.result}, {report.remote.get('push', 'not pushed')}{_digest(report.remote)}"
