@@ -76,6 +76,7 @@ def test_a_build_directory_under_a_shared_parent_swapped_for_the_writers(model: 
     def swap(made: Path) -> None:  # the writer's own directory (another uid's, open to all) under the name
         os.rename(made, tmp_path / "aside")
         made.mkdir()
+        (made / "their-file").write_text("theirs")
         os.chown(made, 65534, 65534)
         made.chmod(0o777)
 
@@ -86,6 +87,7 @@ def test_a_build_directory_under_a_shared_parent_swapped_for_the_writers(model: 
     assert trap.fired, "the attack did not happen"
     assert built.returncode != 1 and "Traceback" not in built.stderr, built.stderr
     assert _handed(tmp_path / "hb") in (None, model.read_bytes())
+    assert (trap.fired[0] / "their-file").read_text() == "theirs", "the writer's directory was emptied"
     if built.returncode == 2:  # the swap came before the directory was opened: the writer's is refused
         assert "another owner" in built.stderr and _handed(tmp_path / "hb") is None, built.stderr
     else:

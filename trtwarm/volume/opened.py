@@ -79,10 +79,11 @@ class Dir:
         path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
         made = cls(os.open(path, DIR_FLAGS), path)  # O_NOFOLLOW: a link swapped in for it is refused
         st = os.fstat(made.fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o077:  # another's, swapped in at once: left as it is
+            made.close()
+            raise OSError(errno.EPERM, "a directory of another owner stands where the private one was made",
+                          str(path))
         try:
-            if st.st_uid != os.geteuid() or st.st_mode & 0o077:  # another's, swapped in at once
-                raise OSError(errno.EPERM, "a directory of another owner stands where the private one was made",
-                              str(path))
             yield made
         finally:
             with contextlib.suppress(OSError):
