@@ -3,8 +3,9 @@
 :class:`Adversary` watches directories with the kernel's inotify (``inotify_init1``/``inotify_add_watch`` through
 ctypes; no package) in a thread of the test process, while trtwarm runs in its own process. A :class:`Trap` names a
 directory (and, with ``deep``, every directory created below it later), a file name pattern and the events that
-count (``OPEN``, ``CLOSE_WRITE``, ``CLOSE_NOWRITE``, ``CREATE``, ``MOVED_TO``); on the *nth* such event it runs its
-action on the file's path once: swap a file, a directory or a symlink in, rewrite bytes in place, plant a FIFO.
+count (``ACCESS``, ``MODIFY``, ``OPEN``, ``CLOSE_WRITE``, ``CLOSE_NOWRITE``, ``CREATE``, ``MOVED_TO``); on the *nth*
+such event it runs its action on the file's path once: swap a file, a directory or a symlink in, rewrite bytes in
+place, plant a FIFO.
 
 The kernel queues events, so the watcher cannot stop trtwarm at a point: it reacts within about a millisecond of
 the event, as a real attacker's few lines would. Each test picks the event that opens the window it attacks (e.g.
@@ -28,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-OPEN, CLOSE_WRITE, CLOSE_NOWRITE, CREATE, MOVED_TO = 0x20, 0x08, 0x10, 0x100, 0x80
+ACCESS, MODIFY, OPEN, CLOSE_WRITE, CLOSE_NOWRITE, CREATE, MOVED_TO = 0x01, 0x02, 0x20, 0x08, 0x10, 0x100, 0x80
 _ISDIR, _OVERFLOW, _IGNORED = 0x40000000, 0x4000, 0x8000
 _EVENT = struct.Struct("iIII")
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -66,7 +67,7 @@ class Adversary:
         self.thread = threading.Thread(target=self._run, name="adversary", daemon=True)
 
     def _watch(self, directory: Path, deep: bool) -> None:
-        mask = OPEN | CLOSE_WRITE | CLOSE_NOWRITE | CREATE | MOVED_TO
+        mask = ACCESS | MODIFY | OPEN | CLOSE_WRITE | CLOSE_NOWRITE | CREATE | MOVED_TO
         wd = _libc.inotify_add_watch(self.fd, os.fsencode(directory), mask)
         if wd < 0:
             err = ctypes.get_errno()
@@ -222,6 +223,6 @@ def copy_entry(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst, symlinks=True)
 
 
-__all__ = ["CLOSE_NOWRITE", "CLOSE_WRITE", "CREATE", "MOVED_TO", "OPEN", "Adversary", "Trap", "copy_entry",
-           "plant_fifo", "plant_links", "rewrite_in_place", "swap_dir", "swap_file", "swap_parent_for_link",
+__all__ = ["ACCESS", "CLOSE_NOWRITE", "CLOSE_WRITE", "CREATE", "MODIFY", "MOVED_TO", "OPEN", "Adversary", "Trap",
+           "copy_entry", "plant_fifo", "plant_links", "rewrite_in_place", "swap_dir", "swap_file", "swap_parent_for_link",
            "swap_symlink", "tree", "victim"]

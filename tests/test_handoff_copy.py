@@ -15,7 +15,7 @@ from conftest import cmd_init_args, entries, run_trtwarm
 from test_sidecar import SidecarProc, get
 from test_trust import keypair, policy
 
-from trtwarm.errors import EntryInvalid
+from trtwarm.errors import EntryInvalid, UnsafeVolume
 from trtwarm.init.handcopy import CopyChanged, copy_entry
 from trtwarm.sidecar.metrics import engine_ready
 from trtwarm.volume.stamps import RACY_SECONDS
@@ -91,7 +91,7 @@ def test_a_copy_that_does_not_hash_to_the_manifest_leaves_nothing(tmp_path: Path
         verified = check_files(directory, [good])
         with Dir.open(tmp_path.parent, tmp_path) as into:
             assert verified.copy_into(into, [good]) is None  # checked as copied, from the descriptor
-            with pytest.raises(FileExistsError):
+            with pytest.raises(UnsafeVolume, match="made by someone else"):
                 into.create("engine.plan", 0o644)  # never over an existing file
     assert (tmp_path / "engine.plan").read_bytes() == b"x" * 100_000
     bad = dict(good, sha256="0" * 64)

@@ -2,8 +2,9 @@
 a module does itself what an owner module exists to do.
 
 **Files of the volume, a seed tier, staging, the hand-off directory** (docs/trust.md, "Verified bytes"). The modules
-that handle those paths are the volume, init, lifecycle, trust and sidecar layers and the volume side of the remote
-repository (``remote/pull.py``, ``push.py``, ``sync.py``): :data:`SCOPE`. In them, nothing opens a file (``open``,
+that handle those paths are the volume, init, lifecycle, trust and sidecar layers, the volume side of the remote
+repository (``remote/pull.py``, ``push.py``, ``sync.py``, the engine image's ``remote/oci/image.py``) and of the
+TensorRT builder (its shared timing caches): :data:`SCOPE`. In them, nothing opens a file (``open``,
 ``os.open``, ``Path.open``/``read_*``/``write_*``), hashes or copies one (the hashing and copying helpers of
 ``trtwarm.fs``), changes a mode (``chmod``), renames, links or removes one (``os.rename``/``replace``/``unlink``/
 ``rmdir``, ``shutil.rmtree``/``copy*``/``move``, the same ``Path`` methods) directly. They go through the owners:
@@ -32,7 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "trtwarm"
 SCOPE = ("trtwarm/volume/", "trtwarm/init/", "trtwarm/lifecycle/", "trtwarm/trust/", "trtwarm/sidecar/",
-         "trtwarm/remote/pull.py", "trtwarm/remote/push.py", "trtwarm/remote/sync.py")
+         "trtwarm/remote/pull.py", "trtwarm/remote/push.py", "trtwarm/remote/sync.py",
+         "trtwarm/builders/tensorrt/timing_cache.py", "trtwarm/remote/oci/image.py")
 OWNERS = frozenset({"trtwarm/volume/verified.py", "trtwarm/volume/opened.py"})
 #: module functions (``os.X``, ``shutil.X``) and bare names that open, hash, copy, chmod, rename, link or remove
 FORBIDDEN_MODULE_CALLS = {
@@ -40,8 +42,13 @@ FORBIDDEN_MODULE_CALLS = {
            "rmdir", "removedirs", "truncate", "link", "symlink", "mkfifo", "mknod"},
     "shutil": {"rmtree", "copy", "copy2", "copyfile", "copyfileobj", "copytree", "move"},
     "hashlib": {"file_digest"},
+    "atomic": {"write", "symlink"},  # trtwarm.fs.atomic's writers by path (see PATH_WRITERS)
 }
-FORBIDDEN_NAMES = {"open", "sha256_file", "hash_fd", "check_fd", "copy_fd", "copy_hash_fd", "clone"}
+#: the owners' writers that take a path and open its directory by that path (following a link there): right for a
+#: file directly in a directory the operator names (the cache root, --handoff-dir, the stamp directory), a bypass
+#: for one below the root (``timing-caches/<id>.cache``: fs.safe.write reaches it without following a link)
+PATH_WRITERS = {"atomic_write", "atomic_write_json", "atomic_symlink"}
+FORBIDDEN_NAMES = {"open", "sha256_file", "hash_fd", "check_fd", "copy_fd", "copy_hash_fd", "clone", *PATH_WRITERS}
 #: methods of :class:`pathlib.Path` that open, chmod, link or remove (``rename``/``replace`` with one argument, so
 #: ``str.replace(old, new)`` is not one)
 FORBIDDEN_METHODS = {"read_bytes", "read_text", "write_bytes", "write_text", "open", "chmod", "lchmod", "unlink",
@@ -64,11 +71,24 @@ ALLOWED = {
     ("trtwarm/init/hitrecord.py", "_env_key", "os.unlink"): "its temporary name in the stamp directory",
     ("trtwarm/init/hitrecord.py", "_env_key", ".unlink"): "an older trtwarm's hit records in the stamp directory",
     ("trtwarm/init/hitrecord.py", "_env_key", "os.link"): "the stamp directory's key linked into place",
-    ("trtwarm/trust/keys.py", "read_key_file", "open"): "a key file the operator names",
     ("trtwarm/trust/keys.py", "generate", "os.open"): "`keys generate` writing the operator's new key (O_EXCL)",
     ("trtwarm/trust/keys.py", "generate", "os.chmod"): "the operator's new key file, just made O_EXCL",
     ("trtwarm/trust/keys.py", "generate", ".unlink"): "the operator's half-written new key file",
     ("trtwarm/volume/lock.py", "_wait_shared", "os.open"): "a lock file (flock target): O_NOFOLLOW, never read",
+    ("trtwarm/remote/oci/image.py", "write_layer", "open"): "/proc/<pid>/fd/<n> of a verified descriptor (the file "
+                                                            "checked, whatever its name leads to now)",
+    ("trtwarm/init/handoff.py", "write", "atomic_symlink"): "the engine link directly in --handoff-dir",
+    ("trtwarm/init/handoff.py", "write", "atomic_write_json"): "engine.json directly in --handoff-dir",
+    ("trtwarm/init/handoff.py", "write_failure", "atomic_write_json"): "engine.json directly in --handoff-dir",
+    ("trtwarm/init/fasthit.py", "_hand_off", "atomic.symlink"): "the engine link directly in --handoff-dir",
+    ("trtwarm/init/fasthit.py", "_hand_off", "atomic.write"): "engine.json directly in --handoff-dir",
+    ("trtwarm/init/hitrecord.py", "remember", "atomic_write_json"): "a hit record directly in the stamp directory",
+    ("trtwarm/volume/stamps.py", "record_signer", "atomic_write_json"): "a record directly in the stamp directory",
+    ("trtwarm/volume/stamps.py", "_record", "atomic_write_json"): "a stamp directly in the stamp directory",
+    ("trtwarm/volume/layout.py", "ensure", "atomic_write"): "VERSION and CACHEDIR.TAG directly in the cache root",
+    ("trtwarm/lifecycle/manifest_index.py", "save", "atomic_write"): "the index directly in the cache root",
+    ("trtwarm/lifecycle/verify.py", "record", "atomic_write_json"): "the last verification directly in the cache "
+                                                                    "root",
 }
 #: modules that may call json.load(s), and why
 JSON_ALLOWED = {

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -271,6 +272,35 @@ def test_timing_cache_file_is_merged_under_its_lock_and_replaced_atomically(tmp_
     assert seen == [None, b"first"] and cache.read() == b"first+second"
     assert not cache.publish(lambda cur: None, me) and cache.read() == b"first+second"  # nothing to write
     assert not list(layout.timing_caches.glob("*.tmp")) and (layout.locks / "timing-trt10.16.1.11-abc.lock").exists()
+
+
+
+@pytest.mark.parametrize("when", ["before the build", "while the build merges"])
+def test_a_timing_cache_directory_swapped_for_a_link_is_never_written_through(tmp_path: Path, when: str) -> None:
+    """A writer of the volume replaces ``timing-caches`` by a link to another directory (before the build, or while
+    it holds the cache's lock and merges): the cache was written by path, so a file ``<id>.cache`` appeared, or was
+    replaced, in whatever directory the link named. Now refused (exit 9), nothing written there."""
+    from trtwarm.errors import UnsafeVolume
+
+    layout = Layout(tmp_path / "cache")
+    layout.ensure()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "trt10.16.1.11-abc.cache").write_bytes(b"someone else's file")
+
+    def swap() -> None:
+        os.rename(layout.timing_caches, tmp_path / "aside")
+        os.symlink(elsewhere, layout.timing_caches)
+
+    if when == "before the build":
+        swap()
+    cache = TimingCacheFile(layout, "trt10.16.1.11-abc")
+    assert cache.read() is None  # nothing read through the link either
+    with pytest.raises(UnsafeVolume):
+        cache.publish(lambda cur: (swap() if when != "before the build" else None) or b"tactics", Identity(
+            None, None, None, "host"))
+    assert [p.name for p in elsewhere.iterdir()] == ["trt10.16.1.11-abc.cache"]
+    assert (elsewhere / "trt10.16.1.11-abc.cache").read_bytes() == b"someone else's file"
 
 
 # --- without TensorRT or a GPU ---------------------------------------------------------------------------------

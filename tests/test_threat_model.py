@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -278,3 +279,39 @@ def test_a_policy_field_given_twice_fails_closed(model: Path, cache: Path, tmp_p
         assert done.returncode == 2 and "given twice" in done.stderr, done.stderr
         assert "nothing is trusted or served" in done.stderr and "Traceback" not in done.stderr
         assert _handed_over(handoff) is None
+
+
+def _configmap_volume(where: Path, files: dict[str, bytes]) -> Path:
+    """*files* laid out as the kubelet mounts a ConfigMap or Secret volume: each name a link to ``..data/<name>``,
+    ``..data`` a link to a timestamped directory holding the files."""
+    stamped = where / "..2026_12_06_00_00_00.000000001"
+    stamped.mkdir(parents=True)
+    for name, data in files.items():
+        (stamped / name).write_bytes(data)
+        (where / name).symlink_to(f"..data/{name}")
+    (where / "..data").symlink_to(stamped.name)
+    return where
+
+
+def test_a_policy_and_keys_mounted_from_a_configmap_are_read(model: Path, cache: Path, tmp_path: Path) -> None:
+    """The chart mounts the policy and its keys from a ConfigMap, and the signing key from a Secret: every file
+    there is a link into ``..data``. The policy was read without following links (as a file of the volume is) and
+    every init under the chart's policy exited 2. Read now (links followed: the operator's files); a FIFO put where
+    a key belongs fails closed (exit 2) at once instead of waiting for a writer."""
+    private, public = keypair(tmp_path, "ci")
+    doc = {"mode": "enforce", "keys": [{"name": "ci", "public_key_file": "ci.pub"}]}
+    trust = _configmap_volume(tmp_path / "trust", {"policy.json": json.dumps(doc).encode(), "ci.pub":
+                                                   public.read_bytes()})
+    signing = _configmap_volume(tmp_path / "signing", {"ci.key": private.read_bytes()})
+    built = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h0", "--trust-policy", str(trust / "policy.json"),
+                                       "--signing-key", str(signing / "ci.key")))
+    assert built.returncode == 0 and built.summary["result"] == "built", built.stderr
+    hit = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h1", "--read-only", "--trust-policy",
+                                     str(trust / "policy.json")))
+    assert hit.returncode == 0 and hit.summary["result"] == "hit", hit.stderr
+    os.mkfifo(tmp_path / "fifo.pub")
+    (tmp_path / "fifo.json").write_text(json.dumps({"mode": "enforce", "keys": [{"name": "ci", "public_key_file":
+                                                                                 "fifo.pub"}]}))
+    fifo = run_trtwarm(*cmd_init_args(model, cache, tmp_path / "h2", "--read-only", "--trust-policy",
+                                      str(tmp_path / "fifo.json")), timeout=60)
+    assert fifo.returncode == 2 and "fifo.pub" in fifo.stderr and _handed_over(tmp_path / "h2") is None, fifo.stderr

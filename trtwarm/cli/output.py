@@ -108,6 +108,14 @@ def report_failure(ns: argparse.Namespace | None, exc: TrtwarmError, environ: Ma
         pass
 
 
+def _misplaced(exc: OSError) -> bool:
+    """Whether *exc* is trtwarm meeting a link (opened ``O_NOFOLLOW``: ``ELOOP``) or a directory (``EISDIR``: a
+    writer of the volume made ``.locks/<key>.lock`` or an owner record a directory) where its own file belongs."""
+    if exc.errno == errno.ELOOP:
+        return os.path.islink(exc.filename)
+    return exc.errno == errno.EISDIR and os.path.isdir(exc.filename) and not os.path.islink(exc.filename)
+
+
 def as_error(exc: BaseException, reporting: bool) -> TrtwarmError | None:
     """The typed error *exc* is reported as (its exit code, its hint); None: a closed pipe whose reader had what it
     wanted (``trtwarm ls | head``), which is success unless the output is the command's result (*reporting*:
@@ -123,8 +131,8 @@ def as_error(exc: BaseException, reporting: bool) -> TrtwarmError | None:
         return exc
     if isinstance(exc, KeyboardInterrupt):  # SIGINT outside init (init turns it into Interrupted itself)
         return Interrupted("interrupted (SIGINT)")
-    if isinstance(exc, OSError) and exc.errno == errno.ELOOP and exc.filename and os.path.islink(exc.filename):
-        from trtwarm.fs.safe import refusal  # a link where trtwarm's own file belongs (opened O_NOFOLLOW): exit 9
+    if isinstance(exc, OSError) and exc.filename and _misplaced(exc):
+        from trtwarm.fs.safe import refusal  # a link or a directory where trtwarm's own file belongs: exit 9
 
         return refusal(exc.filename, what="file")
     if is_volume_errno(exc):  # a volume fault no layer translated: still exit 6 with its hint, never exit 1

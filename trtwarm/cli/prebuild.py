@@ -36,17 +36,21 @@ def _one(label: str, settings: Settings, sync: RemoteSync | None, keep: list[tup
     plan = resolve(settings)
     if keep is not None:
         keep.append((plan.key, plan.name))
+
+    def local() -> Any:  # judged by the trust policy first: an entry no trusted key signed is set aside, never pushed
+        return plan.store.lookup(plan.key, plan.name, trust=plan.trust_check)
+
     if sync is None:
-        return "present in the cache" if plan.store.lookup(plan.key, plan.name) else warm(settings).result
+        return "present in the cache" if local() else warm(settings).result
     if sync.repo.get_ref(plan.key) is not None:
-        if keep is not None and plan.store.lookup(plan.key, plan.name) is None:
+        if keep is not None and local() is None:
             sync.strict = True  # a refused or failing pull fails the row: the image must hold every row
             sync.pull(plan.key, plan.name)
             return "present, pulled for the image"
         return "present"
-    local = plan.store.lookup(plan.key, plan.name)
-    if local is not None:
-        sync.push(local)
+    found = local()
+    if found is not None:
+        sync.push(found)
         return f"pushed from the local cache ({sync.stats['push']}){_digest(sync.stats)}"
     report = warm(settings)
     return f"{report.result}, {report.remote.get('push', 'not pushed')}{_digest(report.remote)}"
@@ -161,13 +165,17 @@ def _push_image(ns: argparse.Namespace, environ: Mapping[str, str], cache: Path,
     registry, repository, tag = split_reference(ns.oci_image, tag=True)
     store = _store_at(cache)
     found = []
-    for key, name in dict.fromkeys(keep):
-        entry = store.lookup(key, name)
-        if entry is None:
-            raise ConfigError(f"the entry {name} is not in the local cache {cache}", hint="run prebuild again")
-        found.append((entry.path, entry.manifest))
-    client = OciClient(parse_oci(f"oci://{registry}/{repository}", environ, insecure=ns.insecure_registry))
-    return push_image(client, str(tag), cache, found)
+    try:
+        for key, name in dict.fromkeys(keep):
+            entry = store.lookup(key, name)  # verified: the image is packed from what was checked
+            if entry is None:
+                raise ConfigError(f"the entry {name} is not in the local cache {cache}", hint="run prebuild again")
+            found.append(entry)
+        client = OciClient(parse_oci(f"oci://{registry}/{repository}", environ, insecure=ns.insecure_registry))
+        return push_image(client, str(tag), cache, found)
+    finally:
+        for entry in found:
+            entry.close()
 
 
 def _store(settings: Settings) -> Any:

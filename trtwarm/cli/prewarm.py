@@ -134,7 +134,8 @@ def _pull(settings: Any, remote: Any, gpu: Any, dry_run: bool) -> dict[str, Any]
     plan = resolve(settings, gpu=gpu)
     out = {"key": plan.key, "name": plan.name}
     store = plan.store
-    if store.lookup(plan.key, plan.name, plan.load_check()) is not None:
+    if store.lookup(plan.key, plan.name, plan.load_check(trust=False),
+                    trust=plan.trust_check) is not None:
         return {**out, "result": "present"}
     # strict: a failing store is this row's failure (nothing builds in its place here); the trust policy judges
     # the ref before a byte of it is fetched
@@ -151,7 +152,7 @@ def _pull(settings: Any, remote: Any, gpu: Any, dry_run: bool) -> dict[str, Any]
     try:
         if store.find(plan.key, plan.name) is not None:
             return {**out, "result": "present", "detail": "another process published it meanwhile"}
-        entry = sync.pull(plan.key, plan.name, plan.load_check(trust=False))
+        entry = sync.pull(plan.key, plan.name, plan.load_check(trust=False, pulled=True))
     except RemoteError:
         if sync.refused is None:
             raise

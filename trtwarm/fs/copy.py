@@ -56,7 +56,7 @@ def prune(directory: str, keep: str | None, *, only: str | None = None) -> None:
     """Remove every entry of *directory* but *keep* (earlier copies; best effort), or just the entry named *only*.
     Never through a link: a *directory* that is a link is left alone, and each entry is removed relative to its
     descriptor (a link inside is unlinked, never followed)."""
-    import shutil
+    from trtwarm.fs.safe import rmtree_at  # off the repeat hit's path until it prunes
 
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -68,7 +68,7 @@ def prune(directory: str, keep: str | None, *, only: str | None = None) -> None:
                 continue
             try:
                 if stat.S_ISDIR(os.lstat(name, dir_fd=fd).st_mode):
-                    shutil.rmtree(name, ignore_errors=True, dir_fd=fd)
+                    rmtree_at(fd, name, ignore_errors=True)
                 else:
                     os.unlink(name, dir_fd=fd)
             except OSError:

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -36,20 +37,37 @@ class Mount(NamedTuple):
     super_options: str = ""  # the filesystem's own options (the superblock's: "ro" there binds every mount of it)
 
 
-def mount_of(path: Path | str, mountinfo: str) -> Mount:
-    """The mount holding *path* in *mountinfo* (the text of ``/proc/self/mountinfo``): the longest mount point above
-    it, the later line on a tie (a mount stacked over another). Unknown: ``Mount("/", "/", "", "", "")``."""
-    path, best = str(path), Mount("/", "/", "", "", "")
+def _mounts(mountinfo: str) -> Iterator[tuple[str, Mount]]:
+    """``(mount id, Mount)`` of each well-formed line of *mountinfo*."""
     for line in mountinfo.splitlines():
         left, _, right = line.partition(" - ")
         fields, tail = left.split(), right.split()
         if len(fields) < 6 or len(tail) < 3:
             continue
-        point = fields[4].replace("\\040", " ")
+        yield fields[0], Mount(fields[4].replace("\\040", " "), fields[3].replace("\\040", " "), fields[2], tail[0],
+                               tail[2] + "," + fields[5], tail[2])
+
+
+def mount_of(path: Path | str, mountinfo: str) -> Mount:
+    """The mount holding *path* in *mountinfo* (the text of ``/proc/self/mountinfo``): the longest mount point above
+    it, the later line on a tie (a mount stacked over another). Unknown: ``Mount("/", "/", "", "", "")``."""
+    path, best = str(path), Mount("/", "/", "", "", "")
+    for _id, mount in _mounts(mountinfo):
+        point = mount.point
         if (path == point or path.startswith(point.rstrip("/") + "/")) and len(point) >= len(best.point):
-            best = Mount(point, fields[3].replace("\\040", " "), fields[2], tail[0], tail[2] + "," + fields[5],
-                         tail[2])
+            best = mount
     return best
+
+
+def mount_of_fd(fd: int, mountinfo: str) -> Mount | None:
+    """The mount the open file *fd* was reached through (``mnt_id`` of ``/proc/self/fdinfo/<fd>``, found in
+    *mountinfo*): the file's, whatever path leads to it now. None when unknown."""
+    try:
+        with open(f"/proc/self/fdinfo/{fd}", encoding="ascii", errors="replace") as handle:
+            mnt_id = next((line.split()[1] for line in handle if line.startswith("mnt_id:")), None)
+    except (OSError, IndexError):
+        return None
+    return next((mount for found, mount in _mounts(mountinfo) if found == mnt_id), None) if mnt_id else None
 
 
 def mountinfo() -> str | None:
@@ -93,21 +111,26 @@ class TooLarge(ValueError):
     """A file that should be small is larger than the caller's bound."""
 
 
-def read_bounded(path: Path, limit: int) -> bytes:
+def read_bounded(path: Path, limit: int, *, follow: bool = False) -> bytes:
     """Read at most *limit* bytes of a regular file, refusing symlinks and larger files.
 
+    :param follow: a file the operator names (a trust policy, a key, a calibration cache), whose links are followed:
+        a Kubernetes ConfigMap or Secret volume's files are links into its ``..data`` directory. Never for a file of
+        the volume. A FIFO is still never waited on.
     :raises TooLarge: the file holds more than *limit* bytes
     :raises OSError: the file is missing, a symlink (``ELOOP``), not a regular file (a FIFO or a device that a
         writer of the volume put there: ``EINVAL``, never a read that blocks) or unreadable
     """
-    return read_bounded_stat(path, limit)[0]
+    return read_bounded_stat(path, limit, follow=follow)[0]
 
 
-def read_bounded_stat(path: Path, limit: int, dir_fd: int | None = None) -> tuple[bytes, os.stat_result]:
+def read_bounded_stat(path: Path, limit: int, dir_fd: int | None = None, *,
+                      follow: bool = False) -> tuple[bytes, os.stat_result]:
     """:func:`read_bounded`, and the ``fstat`` of the very file read (one open: who owns what was read, e.g. a
     stamp, is judged on the same file). *dir_fd*: *path* is relative to this directory's descriptor."""
     # O_NONBLOCK: opening a FIFO never waits
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags, dir_fd=dir_fd)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -148,8 +171,22 @@ def volume_full(path: Path, margin: int = 1 << 20) -> bool:
     return st.f_bavail * st.f_frsize < margin
 
 
+#: the largest process id Linux gives (``PID_MAX_LIMIT`` on 64-bit; ``/proc/sys/kernel/pid_max`` is at most this)
+PID_MAX = 1 << 22
+
+
+def pid_field(text: str) -> int | None:
+    """The process id in *text*, a field of a name trtwarm made (``<key16>.<host>.<pid>.<rand>``): up to 18 ASCII
+    digits, else None (a name a writer of the volume made up, e.g. ``²³``, which ``int`` reads as nothing). A number
+    no process can have (0, 30 digits) is still a number: :func:`pid_alive` says no process has it."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None
+
+
 def pid_alive(pid: int) -> bool:
-    """Return whether a process with *pid* runs on this host (a zombie, killed but not yet reaped, does not)."""
+    """Return whether a process with *pid* runs on this host (a zombie, killed but not yet reaped, does not; nor
+    does a pid no process can have)."""
+    if not 0 < pid <= PID_MAX:
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -167,6 +204,7 @@ def pid_alive(pid: int) -> bool:
 __all__ = [
     "Mount",
     "mount_of",
+    "mount_of_fd",
     "mountinfo",
     "FULL_ERRNOS",
     "READ_ONLY_ERRNOS",
@@ -176,7 +214,9 @@ __all__ = [
     "atomic_write_json",
     "fsync_dir",
     "fsync_file",
+    "PID_MAX",
     "pid_alive",
+    "pid_field",
     "read_bounded",
     "read_bounded_stat",
     "read_fd",

@@ -1,7 +1,7 @@
 """Writes and deletes below the cache root that never follow a symlink: every path is reached from the root one
 directory at a time, each opened with ``O_NOFOLLOW | O_DIRECTORY``, and the last step is done relative to its parent's
-descriptor (``mkdirat``, ``unlinkat``, ``renameat``, :func:`shutil.rmtree` with ``dir_fd``, which is descriptor-based
-on Linux and never follows a link inside the tree).
+descriptor (``mkdirat``, ``unlinkat``, ``renameat``, :func:`rmtree_at`, which never follows a link inside the tree and
+takes a tree of any depth).
 
 Whoever can write the volume can put a symlink (or a plain file) where trtwarm's own directory belongs:
 ``.staging`` → ``/etc``, ``.leases/<key>`` → a victim's home. Such a path is refused with
@@ -139,17 +139,82 @@ def rmtree(root: Path, path: Path, *, ignore_errors: bool = False) -> None:
     :param ignore_errors: ignore failures inside the tree (a file another process holds); never a refusal
     :raises UnsafeVolume: *path* or a directory on the way is a symlink or not a directory
     """
-    import shutil  # off the hit path
-
     try:
         with dir_fd(root, path.parent) as fd:
             st = os.lstat(path.name, dir_fd=fd)
             if not stat.S_ISDIR(st.st_mode):
                 raise refusal(path, st)
             with _named(path):
-                shutil.rmtree(path.name, ignore_errors=ignore_errors, dir_fd=fd)
+                rmtree_at(fd, path.name, ignore_errors=ignore_errors)
     except FileNotFoundError:
         return
+
+
+def rmtree_at(parent: int, name: str, *, ignore_errors: bool = False) -> None:
+    """Remove the directory *name* of the directory *parent* (a descriptor) and everything in it, whatever its depth,
+    with two descriptors at a time: each directory is opened ``O_NOFOLLOW`` relative to *name*'s own descriptor, its
+    files and links are unlinked (a link is removed, never followed) and its subdirectories renamed up into *name*
+    under fresh names, then it is removed. (:func:`shutil.rmtree` recurses once per level: a tree a few thousand
+    levels deep, which a writer of the volume makes in a second, is a ``RecursionError`` there.)
+
+    :param ignore_errors: ignore failures inside the tree (what cannot be removed stays); *name* itself must open
+    :raises OSError: *name* is missing, a link (``ELOOP``) or not a directory; a failure inside, unless ignored
+    """
+    top = os.open(name, _DIR_FLAGS, dir_fd=parent)
+    try:
+        clear_at(top, ignore_errors=ignore_errors)
+    finally:
+        os.close(top)
+    try:
+        os.rmdir(name, dir_fd=parent)
+    except OSError:
+        if not ignore_errors:
+            raise
+
+
+def clear_at(top: int, *, ignore_errors: bool = False) -> None:
+    """Remove everything in the directory *top* (a descriptor), as :func:`rmtree_at` does, and leave it empty."""
+    tag = f".trtwarm-rm.{os.getpid()}.{os.urandom(4).hex()}"
+    left, drained = _drain(top, top, tag, ignore_errors), 0
+    while left:
+        sub = left.pop()
+        drained += 1
+        try:
+            fd = os.open(sub, _DIR_FLAGS, dir_fd=top)
+            try:
+                left += _drain(fd, top, f"{tag}.{drained}", ignore_errors)
+            finally:
+                os.close(fd)
+            os.rmdir(sub, dir_fd=top)
+        except OSError:
+            if not ignore_errors:
+                raise
+
+
+def _drain(fd: int, top: int, tag: str, ignore_errors: bool) -> list[str]:
+    """Unlink everything in the directory *fd* but its subdirectories, which are renamed into *top* (as ``<tag>.N``;
+    *top*'s own stay where they are). :return: the names, in *top*, of the subdirectories left to remove"""
+    left: list[str] = []
+    try:
+        with os.scandir(fd) as it:
+            found = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+    except OSError:
+        if not ignore_errors:
+            raise
+        return left
+    for index, (name, is_dir) in enumerate(found):
+        try:
+            if not is_dir:
+                os.unlink(name, dir_fd=fd)
+            elif fd == top:
+                left.append(name)
+            else:
+                os.rename(name, f"{tag}.{index}", src_dir_fd=fd, dst_dir_fd=top)
+                left.append(f"{tag}.{index}")
+        except OSError:
+            if not ignore_errors:
+                raise
+    return left
 
 
 def unlink(root: Path, path: Path, *, missing_ok: bool = True) -> None:
@@ -221,5 +286,5 @@ def check_tree(root: Path, names: tuple[str, ...]) -> None:
             raise refusal(Path(root) / name, st)
 
 
-__all__ = ["check_dir", "check_tree", "dir_fd", "makedirs", "refusal", "rename", "rmdir", "rmtree", "unlink",
-           "symlink", "what_is", "write", "write_json"]
+__all__ = ["check_dir", "check_tree", "clear_at", "dir_fd", "makedirs", "refusal", "rename", "rmdir", "rmtree", "rmtree_at",
+           "unlink", "symlink", "what_is", "write", "write_json"]

@@ -11,7 +11,7 @@ from typing import Any
 
 from trtwarm.config import Settings
 from trtwarm.errors import Interrupted, VolumeError
-from trtwarm.init import handcopy, handoff, hitrecord, seed
+from trtwarm.init import handcopy, handoff, hitrecord
 from trtwarm.init.handoff import WarmReport
 from trtwarm.init.plan import Plan
 from trtwarm.volume.entry import Entry
@@ -44,7 +44,7 @@ def _hand_over(plan: Plan, entry: Entry, result: str, start: float, *, said: Any
     _emit_outcome(plan, result)
     report = _report(plan, entry, result)
     mode = handcopy.mode_of(settings, plan.gate)
-    fixed = plan.seeded and seed.immutable(entry.path)  # an image volume: nothing can rewrite it after the check
+    fixed = plan.seeded and plan.in_place  # an image volume (as its checked files say): nothing can rewrite it
     if fixed and settings.handoff is None:
         mode = "link"
     recheck = mode == "link" and plan.gate.mode == "enforce" and not fixed

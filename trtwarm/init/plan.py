@@ -18,7 +18,7 @@ from typing import Any
 
 from trtwarm.builders.base import Builder, get_builder
 from trtwarm.config import Settings
-from trtwarm.errors import ConfigError
+from trtwarm.errors import ConfigError, EntryInvalid
 from trtwarm.node.events import EventRecorder
 from trtwarm.node.gpu import GpuInfo
 from trtwarm.key import entry_name, key_document, key_of, model_fields, model_part
@@ -54,6 +54,7 @@ class Plan:
     stuck: tuple[Any, Any, str] | None = None  # (entry dir, its identity, why): damaged, and not movable from here
     memo: Path | None = None  # the stat cache the model's digests were memoised in (see _memo_dir)
     seeded: bool = False  # the entry handed over is in a --seed-cache tier (trtwarm.init.seed)
+    in_place: bool = False  # ... on a mount nothing can write, its files checked in place (trtwarm.init.seed)
 
     @property
     def store(self) -> EngineStore:
@@ -85,19 +86,31 @@ class Plan:
             return self.stamps.checker(self.copier)
         return self.copier
 
-    def load_check(self, trust: bool = True) -> Callable[[Entry], None]:
+    def trust_check(self, entry: Entry) -> None:
+        """The trust policy on *entry*'s manifest and envelope as read: before a byte of its files is read (pass it as
+        ``trust`` to :func:`~trtwarm.volume.entry.check_entry`). :raises EntryInvalid: untrusted under enforce"""
+        self.gate.check(entry, model_part(self.name))
+
+    def load_check(self, trust: bool = True, *, pulled: bool = False) -> Callable[[Entry], None]:
         """The checks before an entry is handed over, all on what was verified: the trust policy on the manifest and
         envelope as read, the builder's checks on its verified bytes (a private directory of links to the checked
         descriptors, or to the hand-off copies made from them: :meth:`~trtwarm.volume.verified.Bytes.view`), never
-        on the entry's directory read again. *trust* False for a remote pull, whose ref was checked against the trust
-        policy before its download (the staging directory does not carry the entry's name yet)."""
+        on the entry's directory read again. *trust* False where it was checked already: before the files were read
+        (a hit: :meth:`trust_check`), or for a remote pull, whose ref was checked against the trust policy before
+        its download. *pulled*: the entry was just pulled into ``.staging``, whose files a writer of the volume can
+        write in place after their hash; under ``--handoff copy`` the builder's checks then read this Pod's copy,
+        made (and checked) first, which the hand-off takes."""
         def check(entry: Entry) -> None:
             if trust:
-                self.gate.check(entry, model_part(self.name))  # the signature, before a byte of the engine is read
+                self.trust_check(entry)  # the signature, before a byte of the engine is loaded
             load = self.settings.verify == "load"
             if not load and type(self.builder).precheck is Builder.precheck:
                 return  # nothing to read
             assert entry.opened is not None, "only a verified entry is checked"
+            if pulled and self.copier is not None and \
+                    (changed := entry.opened.recheck(entry.files, self.copier)) is not None:
+                raise EntryInvalid(f"{changed} changed in .staging after it was pulled and checked (its copy does "
+                                   "not match the manifest's digests)")
             with _view(entry, self.settings.build_dir) as view:
                 engine = view / str(entry.manifest["engine_file"])
                 self.builder.precheck(engine)  # e.g. the plan header's TensorRT version, before TensorRT is loaded

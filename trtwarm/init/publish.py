@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import stat
 import tempfile
 import threading
 import time
@@ -23,13 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm import __version__
-from trtwarm.errors import BuildError, ConfigError, EntryInvalid
+from trtwarm.errors import BuildError, ConfigError, EntryInvalid, UnsafeVolume
 from trtwarm.fs import safe
-from trtwarm.fs.ops import pid_alive, volume_full
+from trtwarm.fs.ops import pid_alive, pid_field, volume_full
 from trtwarm.init.plan import Plan
 from trtwarm.volume.entry import UNSIGNED, Entry
 from trtwarm.volume.files import SCHEMA, stage_built
 from trtwarm.volume.lock import PROGRESS_SECONDS
+from trtwarm.volume.stamps import on_volume
 from trtwarm.volume.store import host_tag
 from trtwarm.volume.verified import Dir
 
@@ -74,9 +76,9 @@ def _build_into(plan: Plan, private: Dir) -> str:
     start = time.monotonic()
     with ticker("building %s", plan.label, every=plan.settings.progress_interval, detail=plan.builder.progress):
         try:
-            engine = plan.builder.build(plan.settings.model, plan.facts, private.path)
+            engine = plan.builder.build(plan.settings.model, plan.facts, private.proc)  # the directory, not a name
         except BuildError as exc:  # builders word a full disk their own way (ORT: "Protobuf serialization failed")
-            if not volume_full(private.path):
+            if not volume_full(private.proc):
                 raise
             raise BuildError(f"the build failed on a full build directory {private.path.parent}: {exc.message}",
                              hint="give the build directory room for the engine (--build-dir, TRTWARM_BUILD_DIR; "
@@ -89,7 +91,7 @@ def _build_into(plan: Plan, private: Dir) -> str:
     except EntryInvalid as exc:
         raise BuildError(f"the freshly built engine {exc.reason}", hint="the builder produced an engine this node "
                          "cannot load; check the builder and runtime versions") from exc
-    return engine.relative_to(private.path).as_posix()
+    return engine.relative_to(private.proc).as_posix()
 
 
 def _stage(plan: Plan, private: Dir, staging: Dir, engine_file: str) -> tuple[dict[str, Any], Entry]:
@@ -109,6 +111,20 @@ def _stage(plan: Plan, private: Dir, staging: Dir, engine_file: str) -> tuple[di
     return manifest, Entry(layout.entry_dir(plan.name), manifest, built)
 
 
+def check_build_dir(settings: Any, where: Path | None = None) -> None:
+    """Builds happen where nobody else can write: refuse a ``--build-dir`` (or, without one, a temporary directory;
+    *where*: the private directory made there, as its descriptor reaches it) on the cache volume, where a writer of
+    the volume could change the bytes before they are hashed and signed, or in the hand-off directory, which the
+    server's container shares. :raises ConfigError:"""
+    where = where or settings.build_dir or Path(tempfile.gettempdir())
+    for other, what in ((settings.cache_dir, "the cache volume"), (settings.handoff_dir, "the hand-off directory")):
+        if on_volume(where, other):
+            raise ConfigError(f"the build directory {where} is on {what} {other}: others can write there, and a "
+                              "build must be made, loaded and hashed where only this Pod can", hint="point "
+                              "--build-dir (TRTWARM_BUILD_DIR) at a directory of this Pod's own, e.g. an emptyDir "
+                              "with room for the engine (default: TMPDIR)")
+
+
 @contextlib.contextmanager
 def private_build_dir(plan: Plan) -> Iterator[Dir]:
     """A new directory only this process may enter, under ``--build-dir`` (default: the temporary directory),
@@ -123,22 +139,35 @@ def private_build_dir(plan: Plan) -> Iterator[Dir]:
             where = parent or tempfile.gettempdir()
             raise ConfigError(f"cannot make a private build directory under {where}: {exc.strerror}",
                               hint="--build-dir (TRTWARM_BUILD_DIR) must name a writable directory off the cache "
-                              "volume (in a Pod: an emptyDir with room for the engine)") from exc
+                              "volume that only this Pod writes (in a Pod: an emptyDir with room for the engine)") \
+                from exc
+        # again where it was made: a link swapped in on the way after the start's check leads elsewhere
+        check_build_dir(plan.settings, Path(os.path.realpath(private.proc)))
         yield private
 
 
 def _sweep_private(parent: Path) -> None:
     """Remove the private build directories under *parent* of this host's inits that are gone (``<prefix><key16>.
-    <host>.<pid>.<rand>``, the pid dead): a killed build leaves its partial engine there."""
+    <host>.<pid>.<rand>``, the pid dead): a killed build leaves its partial engine there. Only directories of this
+    uid: in a *parent* others write (a host's ``/tmp``), what they put there under such a name (a link, a file,
+    their directory) is theirs, skipped, never a reason to fail the build."""
     try:
         names = [p.name for p in parent.iterdir() if p.name.startswith(_PRIVATE)]
     except OSError:
         return
     for name in names:
         parts = name[len(_PRIVATE):].split(".")
-        if len(parts) == 4 and parts[1] == host_tag() and parts[2].isdigit() and not pid_alive(int(parts[2])):
+        pid = pid_field(parts[2]) if len(parts) == 4 and parts[1] == host_tag() else None
+        if pid is None or pid_alive(pid):
+            continue
+        try:
+            st = os.lstat(parent / name)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+                continue
             log.info("removing the private build directory %s left by an init that is gone", name)
             safe.rmtree(parent, parent / name, ignore_errors=True)
+        except (OSError, UnsafeVolume) as exc:  # swapped meanwhile: not ours to remove
+            log.debug("not removing %s: %s", name, exc)
 
 
 def build_and_publish(plan: Plan) -> Entry | None:
@@ -181,7 +210,8 @@ def _remote_push_staged(plan: Plan, staging: Dir, built: Entry) -> Entry | None:
     publishes the winner's."""
     if plan.remote is None or plan.settings.remote_push != "required":
         return None
-    adopted: Entry | None = plan.remote.push_staged(staging, built, plan.name, plan.load_check(trust=False))
+    check = plan.load_check(trust=False, pulled=True)
+    adopted: Entry | None = plan.remote.push_staged(staging, built, plan.name, check)
     return adopted
 
 

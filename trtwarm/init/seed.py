@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm.errors import EntryInvalid, VolumeError
-from trtwarm.fs.ops import mount_of
+from trtwarm.fs.ops import Mount, mount_of, mount_of_fd
 from trtwarm.fs.ops import mountinfo as read_mountinfo
 from trtwarm.volume.layout import Layout
 from trtwarm.volume.store import EngineStore
@@ -62,8 +62,10 @@ def lookup(plan: Any) -> Entry | None:
         checker = (plan.stamps.checker() if plan.stamps else None) if in_place else plan.checker
         entry = None
         try:
-            entry = check_entry(path, plan.key, checker=checker, keep=True)
-            plan.load_check()(entry)  # the signature under a trust policy, the builder's checks, on what was checked
+            entry = check_entry(path, plan.key, checker=checker, keep=True, trust=plan.trust_check)  # trust first
+            plan.load_check(trust=False)(entry)  # the builder's checks, on what was checked
+            # the path guessed; the files checked decide (a link swapped in for the entry since leads elsewhere)
+            plan.in_place = in_place and entry.opened is not None and immutable_fds(entry.opened.fds.values())
         except EntryInvalid as exc:
             if entry is not None:
                 entry.close()
@@ -82,15 +84,28 @@ IMMUTABLE_TYPES = ("overlay", "squashfs", "erofs")
 
 
 def immutable(path: Path, mountinfo: str | None = None) -> bool:
-    """Whether *path* lies on a mount nobody can write after the check (see the module's "How it knows"): only then
-    is an entry found there handed over in place under ``enforce``. *mountinfo*: the text of
+    """Whether *path* lies on a mount nobody can write after the check (see the module's "How it knows"): a guess
+    made before the check, which :func:`immutable_fds` confirms on the files checked. *mountinfo*: the text of
     ``/proc/self/mountinfo`` (read when None; unreadable: False)."""
     mountinfo = mountinfo if mountinfo is not None else read_mountinfo()
-    if mountinfo is None:
+    return mountinfo is not None and _fixed(mount_of(os.path.realpath(path), mountinfo))
+
+
+def immutable_fds(fds: Iterable[int], mountinfo: str | None = None) -> bool:
+    """Whether every open file of *fds* was reached through a mount nobody can write (each descriptor's own mount,
+    ``mnt_id`` in ``/proc/self/fdinfo``, never a path looked up again): only then is an entry handed over in place
+    under ``enforce``. Unknown: False."""
+    mountinfo = mountinfo if mountinfo is not None else read_mountinfo()
+    fds = list(fds)
+    return mountinfo is not None and bool(fds) and all(_fixed(mount_of_fd(fd, mountinfo)) for fd in fds)
+
+
+def _fixed(mount: Mount | None) -> bool:
+    """A read-only superblock of a type with no other writer (overlay: only without an upper directory)."""
+    if mount is None:
         return False
-    mount = mount_of(os.path.realpath(path), mountinfo)
     options = mount.super_options.split(",")
     return mount.fstype in IMMUTABLE_TYPES and "ro" in options and not any(o.startswith("upperdir=") for o in options)
 
 
-__all__ = ["IMMUTABLE_TYPES", "check_tiers", "immutable", "lookup"]
+__all__ = ["IMMUTABLE_TYPES", "check_tiers", "immutable", "immutable_fds", "lookup"]

@@ -21,20 +21,19 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from trtwarm.init import finish, handcopy, handoff, hitrecord, seed
 from trtwarm.config import Settings
-from trtwarm.errors import ConfigError, HandoffOnVolume, LockTimeoutError, VolumeError
+from trtwarm.errors import HandoffOnVolume, LockTimeoutError, VolumeError
 from trtwarm.node.events import EventRecorder
 from trtwarm.fs.info import read_only_mount
 from trtwarm.fs.ops import FULL_ERRNOS, READ_ONLY_ERRNOS
 from trtwarm.init.handoff import WarmReport
 from trtwarm.init.plan import Plan, resolve
-from trtwarm.init.publish import build_and_publish
+from trtwarm.init.publish import build_and_publish, check_build_dir
 from trtwarm.volume import leases
 from trtwarm.volume.layout import Layout, volume_error
 from trtwarm.volume.lock import BuildLock
@@ -51,7 +50,8 @@ def _lookup(plan: Plan) -> Entry | None:
     start = time.monotonic()
     store = plan.store
     plan.gate.preload()  # the verifier's import overlaps with the hashing that comes next
-    entry = store.lookup(plan.key, plan.name, plan.load_check(), plan.checker)
+    entry = store.lookup(plan.key, plan.name, plan.load_check(trust=False), plan.checker,
+                         trust=plan.trust_check)  # the signature first: an untrusted entry is never read
     plan.seconds["verify"] = plan.seconds.get("verify", 0.0) + time.monotonic() - start
     if store.stuck is not None:  # damaged, and this Pod cannot move it away: remember which one, and why
         path, reason = store.stuck
@@ -114,7 +114,8 @@ def _pull_or_build_locked(plan: Plan, lock: BuildLock) -> tuple[str, Entry | Non
     if plan.remote is not None:
         lock.doing(f"pulling from {plan.remote.repo.url}")
         try:
-            if pulled := plan.remote.pull(plan.key, plan.name, plan.load_check(trust=False)):
+            pulled = plan.remote.pull(plan.key, plan.name, plan.load_check(trust=False, pulled=True))
+            if pulled:
                 return "pulled", pulled
         finally:
             lock.doing(None)
@@ -252,7 +253,7 @@ def _prepare(settings: Settings) -> Gate:
         raise HandoffOnVolume(f"the hand-off directory {settings.handoff_dir} is on the cache volume "
                               f"{settings.cache_dir}: a writer of the volume could point the server at any file",
                               hint="mount an emptyDir at --handoff-dir, shared with the inference container only")
-    _check_build_dir(settings)
+    check_build_dir(settings)
     seed.check_tiers(settings.seed_caches)  # an empty or unmounted read-only tier fails now, never waits
     handoff.clear(settings.handoff_dir)
     handoff.require_writable(settings.handoff_dir)  # before any build or pull (issue 27: found after it, it wasted it)
@@ -261,19 +262,6 @@ def _prepare(settings: Settings) -> Gate:
         with contextlib.suppress(VolumeError):  # surfaces again, with its reason, if a build turns out to be needed
             Layout(settings.cache_dir).ensure()
     return gate
-
-
-def _check_build_dir(settings: Settings) -> None:
-    """Builds happen where nobody else can write: refuse a ``--build-dir`` (or, without one, a temporary directory)
-    on the cache volume, where a writer of the volume could change the bytes before they are hashed and signed, or
-    in the hand-off directory, which the server's container shares. :raises ConfigError:"""
-    where = settings.build_dir or Path(tempfile.gettempdir())
-    for other, what in ((settings.cache_dir, "the cache volume"), (settings.handoff_dir, "the hand-off directory")):
-        if on_volume(where, other):
-            raise ConfigError(f"the build directory {where} is on {what} {other}: others can write there, and a "
-                              "build must be made, loaded and hashed where only this Pod can", hint="point "
-                              "--build-dir (TRTWARM_BUILD_DIR) at a directory of this Pod's own, e.g. an emptyDir "
-                              "with room for the engine (default: TMPDIR)")
 
 
 # --- remote repository hook (trtwarm.remote; issue 12): pull under the key's lock before a build, push after ---

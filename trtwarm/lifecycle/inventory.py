@@ -34,7 +34,7 @@ from trtwarm.volume.store import STALE_STAGING_SECONDS, staging_stale
 from trtwarm.volume.entry import MANIFEST_LIMIT, Entry, read_manifest
 
 #: the quarantine time in a quarantined entry's name (``<name>.<YYYYmmddTHHMMSSZ>.<reason>.<rand>``)
-_STAMP = re.compile(r"\.(\d{8}T\d{6}Z)\.")
+_STAMP = re.compile(r"\.([0-9]{8}T[0-9]{6}Z)\.")
 
 
 @dataclass
@@ -83,10 +83,17 @@ def _files(path: str) -> dict[str, os.stat_result]:
 
 
 def dir_bytes(path: str, files: dict[str, os.stat_result] | None = None) -> int:
-    """Total size of the regular files under *path* (entries are flat; subdirectories are followed)."""
+    """Total size of the regular files under *path*: its own (from *files*, else a listing) and, where it has
+    subdirectories (entries are flat; a writer of the volume can nest directories thousands deep, deeper than a path
+    can name), theirs through descriptors (:func:`~trtwarm.volume.files.scan_files`). What cannot be read counts 0."""
     files = _files(path) if files is None else files
-    return sum(st.st_size if stat.S_ISREG(st.st_mode) else dir_bytes(os.path.join(path, name))
-               for name, st in files.items() if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode))
+    total = sum(st.st_size for st in files.values() if stat.S_ISREG(st.st_mode))
+    if any(stat.S_ISDIR(st.st_mode) for st in files.values()):
+        try:
+            total = sum(st.st_size for st in scan_files(Path(path)).values() if stat.S_ISREG(st.st_mode))
+        except (OSError, EntryInvalid):
+            pass
+    return total
 
 
 def _mtimes(path: Path) -> dict[str, float]:
@@ -194,8 +201,11 @@ class _Context:
 
 
 def _quarantined(item: os.DirEntry[str], manifests: bool) -> EntryInfo:
-    stamp = _STAMP.search(item.name)
-    when = timegm(time.strptime(stamp[1], "%Y%m%dT%H%M%SZ")) if stamp else item.stat(follow_symlinks=False).st_mtime
+    stamp, when = _STAMP.search(item.name), None
+    if stamp:
+        with contextlib.suppress(ValueError):  # a name a writer of the volume made up: 20261399T999999Z
+            when = timegm(time.strptime(stamp[1], "%Y%m%dT%H%M%SZ"))
+    when = when if when is not None else item.stat(follow_symlinks=False).st_mtime
     reason = item.name[stamp.end():].rsplit(".", 1)[0] if stamp else None
     info = EntryInfo(item.name, item.path, "quarantined", dir_bytes(item.path), problem=reason, last_used=float(when))
     if manifests:  # its labels as its manifest gives them (like the other rows), when that can still be read

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from trtwarm.lifecycle.filters import select
 from trtwarm.lifecycle.entryinfo import EntryInfo
 from trtwarm.lifecycle.inventory import Inventory, scan
 from trtwarm.lifecycle.tables import human_age, human_bytes, utc
+from trtwarm.volume.files import scan_files
 from trtwarm.volume.layout import Layout
 
 SIGNATURE = "manifest.sig.json"
@@ -58,18 +59,19 @@ def _files(info: EntryInfo) -> list[dict[str, Any]]:
     if "engine_file" in m and m["engine_file"] not in recorded:
         recorded[m["engine_file"]] = {"role": "engine", "sha256": m.get("engine_sha256")}
     out = []
-    for root, dirs, names in os.walk(info.path):
-        dirs.sort()
-        for name in sorted(names):
-            path = Path(root, name)
-            rel = path.relative_to(info.path).as_posix()
-            st = path.lstat()
-            rec = recorded.get(rel, {})
-            role = rec.get("role") or ("manifest" if rel in ("manifest.json", SIGNATURE) else "unlisted")
-            chunks = rec.get("chunk_sha256")
-            out.append({"path": rel, "bytes": st.st_size, "sha256": rec.get("sha256"), "role": role,
-                        "symlink": path.is_symlink(), "chunk_bytes": rec.get("chunk_bytes"),
-                        "chunks": len(chunks) if isinstance(chunks, list) else None})
+    try:  # through descriptors: a link inside is listed, never followed, and any depth is read
+        found = scan_files(Path(info.path))
+    except EntryInvalid:
+        found = {}
+    for rel, st in sorted(found.items()):
+        if stat.S_ISDIR(st.st_mode):
+            continue  # an empty directory
+        rec = recorded.get(rel, {})
+        role = rec.get("role") or ("manifest" if rel in ("manifest.json", SIGNATURE) else "unlisted")
+        chunks = rec.get("chunk_sha256")
+        out.append({"path": rel, "bytes": st.st_size, "sha256": rec.get("sha256"), "role": role,
+                    "symlink": stat.S_ISLNK(st.st_mode), "chunk_bytes": rec.get("chunk_bytes"),
+                    "chunks": len(chunks) if isinstance(chunks, list) else None})
     return out
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,7 @@ from trtwarm.lifecycle.entryinfo import EntryInfo
 from trtwarm.lifecycle.inventory import Inventory
 from trtwarm.volume.layout import Layout
 from trtwarm.volume.store import SIGNATURE, EngineStore
-from trtwarm.volume.entry import check_entry
+from trtwarm.volume.entry import Entry, check_entry
 
 if TYPE_CHECKING:  # the caller makes the gate; `ls` (apply_record) need not import the verifier's crypto
     from trtwarm.trust.policy import Gate
@@ -64,6 +65,18 @@ def classify(reason: str) -> str:
     return "damaged"
 
 
+class _Untrusted(EntryInvalid):
+    """No trusted key signed the entry (under enforce: judged before its files are read)."""
+
+
+def _untrusted_first(gate: Gate) -> Callable[[Entry], None]:
+    def judge(entry: Entry) -> None:
+        trusted, detail = gate.status(entry)
+        if not trusted:
+            raise _Untrusted(detail)
+    return judge
+
+
 def inspect(inv: Inventory, gate: Gate | None = None) -> tuple[int, list[Problem]]:
     """Hash every entry (and, under *gate*'s policy, check its signature) and collect the faults.
 
@@ -74,19 +87,22 @@ def inspect(inv: Inventory, gate: Gate | None = None) -> tuple[int, list[Problem
         if info.broken:  # a file, a symlink or an unreadable directory where an entry should be
             problems.append(Problem("damaged", info.path, info.problem or "not an entry", "quarantine"))
             continue
-        try:
-            entry = check_entry(info.path, None, digest=True)
+        try:  # under enforce the signature first: an entry no trusted key signed is never read
+            entry = check_entry(info.path, None, digest=True,
+                                trust=_untrusted_first(gate) if gate is not None and gate.mode == "enforce" else None)
+        except _Untrusted as exc:
+            problems.append(Problem("untrusted", info.path, exc.reason, "quarantine"))
+            continue
         except EntryInvalid as exc:
             problems.append(Problem(classify(exc.reason), info.path, exc.reason, "quarantine"))
             continue
         except OSError as exc:  # an unreadable engine, an I/O error: this entry's problem, the others still count
             problems.append(Problem("damaged", info.path, f"unreadable ({exc.strerror})", "quarantine"))
             continue
-        if gate is not None and gate.mode != "off":
+        if gate is not None and gate.mode == "warn":
             trusted, detail = gate.status(entry)
             if not trusted:
-                problems.append(Problem("untrusted", info.path, detail, "quarantine" if gate.mode == "enforce"
-                                        else "warn"))
+                problems.append(Problem("untrusted", info.path, detail, "warn"))
     problems += [Problem("stale-staging", path, "a build directory left by a builder that is gone", "remove")
                  for path, stale in inv.staging if stale]
     problems += [Problem("stale-owner", o.path, f"build lock owner record without a heartbeat for "

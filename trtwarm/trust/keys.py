@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm.errors import ConfigError
+from trtwarm.fs.ops import TooLarge, read_bounded
 
 KEY_LIMIT = 64 << 10
 _PEM = re.compile(rb"-----BEGIN ([A-Z ]+)-----\s*(.+?)\s*-----END \1-----", re.DOTALL)
@@ -53,16 +54,15 @@ def key_id(public_pem: bytes, what: str = "public key") -> str:
 
 
 def read_key_file(path: Path, what: str) -> bytes:
-    """Read a small key file. :raises ConfigError: missing, unreadable or huge"""
+    """Read a small key file (links followed: a Secret or ConfigMap volume's files are links; a FIFO never waited
+    on). :raises ConfigError: missing, unreadable, not a regular file or huge"""
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(KEY_LIMIT + 1)
+        return read_bounded(path, KEY_LIMIT, follow=True)
+    except TooLarge:
+        raise ConfigError(f"{what} {path} is larger than {KEY_LIMIT} bytes; not a key") from None
     except OSError as exc:
         raise ConfigError(f"cannot read {what} {path}: {exc.strerror}",
                           hint="check the path and that this user may read it") from None
-    if len(data) > KEY_LIMIT:
-        raise ConfigError(f"{what} {path} is larger than {KEY_LIMIT} bytes; not a key")
-    return data
 
 
 def load_public(pem: bytes, what: str = "public key") -> Any:

@@ -91,7 +91,7 @@ class Policy:
         :raises ConfigError: unreadable, not JSON, or breaking any rule of the schema (naming the field)
         """
         try:
-            doc = strictjson.loads(read_bounded(path, POLICY_LIMIT), limit=POLICY_LIMIT)
+            doc = strictjson.loads(read_bounded(path, POLICY_LIMIT, follow=True), limit=POLICY_LIMIT)
         except (OSError, TooLarge, strictjson.JSONRefused) as exc:
             why = getattr(exc, "strerror", None) or exc
             raise ConfigError(f"cannot read the trust policy {path}: {why}; nothing is trusted or served on it",

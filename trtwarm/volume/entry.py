@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,7 +125,7 @@ def read_manifest(path: Path) -> dict[str, Any]:
 
 
 def check_entry(path: Path, key: str | None, *, digest: bool = True, checker: Checker | None = None,
-                keep: bool = False) -> Entry:
+                keep: bool = False, trust: Callable[[Entry], None] | None = None) -> Entry:
     """Verify the entry at *path* (for *key*, when given): its manifest, every listed file a regular file of its
     size (and, with *digest*, bytes: *checker*, default its digests), and no unlisted file; all through descriptors.
 
@@ -132,6 +133,8 @@ def check_entry(path: Path, key: str | None, *, digest: bool = True, checker: Ch
         :meth:`Entry.close`), for a caller that uses them (loads, hands over, pushes); else they are closed
     :param checker: how each file's bytes are checked (:data:`~trtwarm.volume.verified.Checker`), e.g. the node's
         stamps, or the hand-off copy made while hashing
+    :param trust: a check of the manifest and envelope as read (the trust policy), run before any listed file is
+        opened: an entry no trusted key signed is refused before its bytes are read, however many it claims
     :raises EntryInvalid: with the reason
     """
     with Dir.open(path.parent.parent, path) as directory:  # its parent (entries/) reached without a link too
@@ -139,6 +142,8 @@ def check_entry(path: Path, key: str | None, *, digest: bool = True, checker: Ch
         if key is not None and manifest["key"] != key:
             raise EntryInvalid(f"manifest.json is for another key ({str(manifest['key'])[:16]})")
         entry = Entry(path, manifest, Bytes(*envelope_in(directory)))
+        if trust is not None:
+            trust(entry)
         check_stats(entry.files, directory.scan(), entry.schema)
         if digest:
             check_files(directory, entry.files, checker, into=entry.opened)

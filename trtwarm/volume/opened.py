@@ -10,14 +10,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from trtwarm.errors import EntryInvalid
+from trtwarm.errors import EntryInvalid, UnsafeVolume
 from trtwarm.fs import chunked, safe
 from trtwarm.fs.copy import clone
 from trtwarm.fs.ops import TooLarge, read_fd
@@ -71,18 +70,39 @@ class Dir:
     @contextlib.contextmanager
     def private(cls, parent: Path | None, prefix: str) -> Iterator[Dir]:
         """A new directory only this process's uid can enter (``mkdtemp``, mode 0700) under *parent* (None: the
-        process's temporary directory), removed with everything in it afterwards. Descriptors opened below it stay
-        readable after that (the space returns when they are closed)."""
+        process's temporary directory), emptied through its descriptor and removed afterwards. Use it through
+        :attr:`proc`, never its path: a writer of a shared *parent* can rename it away and put its own under the name.
+        Descriptors opened below it stay readable after that (the space returns when they are closed).
+
+        :raises OSError: it cannot be made, or what was opened under its name is not the directory made (``EPERM``)
+        """
         path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+        made = cls(os.open(path, DIR_FLAGS), path)  # O_NOFOLLOW: a link swapped in for it is refused
+        st = os.fstat(made.fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o077:  # another's, swapped in at once: left as it is
+            made.close()
+            raise OSError(errno.EPERM, "a directory of another owner stands where the private one was made",
+                          str(path))
         try:
-            with cls(os.open(path, DIR_FLAGS), path) as made:
-                yield made
+            yield made
         finally:
-            parent_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                shutil.rmtree(path.name, ignore_errors=True, dir_fd=parent_fd)
-            finally:
-                os.close(parent_fd)
+            with contextlib.suppress(OSError):
+                safe.clear_at(made.fd, ignore_errors=True)
+            made.close()
+            with contextlib.suppress(OSError):  # the name, only while it is still the directory made
+                parent_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                try:
+                    found = os.lstat(path.name, dir_fd=parent_fd)
+                    if (found.st_dev, found.st_ino) == (st.st_dev, st.st_ino):
+                        os.rmdir(path.name, dir_fd=parent_fd)
+                finally:
+                    os.close(parent_fd)
+
+    @property
+    def proc(self) -> Path:
+        """``/proc/<pid>/fd/<n>``: the directory opened, whatever its name is now (and whatever stands under that
+        name); a path for a build tool or a runtime, this process's children included, while it is open."""
+        return Path(f"/proc/{os.getpid()}/fd/{self.fd}")
 
     def close(self) -> None:
         """Close the descriptor (idempotent)."""
@@ -193,9 +213,17 @@ class Dir:
 
     def create(self, rel: str, mode: int, dir_mode: int = 0o755) -> int:
         """A new file *rel* (never an existing one, never through a link), its directories made with *dir_mode*;
-        its mode set on the descriptor (``fchmod``: the umask cannot narrow it). :return: its descriptor"""
-        with self._parent_of(rel, create=dir_mode) as (parent, name):
-            fd = os.open(name, NEW_FLAGS, mode, dir_fd=parent)
+        its mode set on the descriptor (``fchmod``: the umask cannot narrow it). :return: its descriptor
+
+        :raises UnsafeVolume: something trtwarm did not make stands at *rel* or on its way (this directory is
+            trtwarm's own: staging, the hand-off's copies): refused, nothing followed, truncated or deleted
+        """
+        try:
+            with self._parent_of(rel, create=dir_mode) as (parent, name):
+                fd = os.open(name, NEW_FLAGS, mode, dir_fd=parent)
+        except (FileExistsError, EntryInvalid):
+            raise UnsafeVolume(f"{self.path / rel} was made by someone else in trtwarm's own directory {self.path} "
+                               "before trtwarm wrote it: refused, nothing followed, truncated or deleted") from None
         os.fchmod(fd, mode)
         return fd
 

@@ -30,7 +30,7 @@ from typing import Any
 from trtwarm.fs import safe
 from trtwarm.fs.atomic import touch_below
 from trtwarm.errors import EntryInvalid
-from trtwarm.fs.ops import READ_ONLY_ERRNOS, fsync_dir, pid_alive
+from trtwarm.fs.ops import READ_ONLY_ERRNOS, fsync_dir, pid_alive, pid_field
 from trtwarm.key import sanitize
 from trtwarm.names import bounded
 from trtwarm.volume.files import MANIFEST, SIGNATURE
@@ -66,20 +66,22 @@ class EngineStore:
             return None
 
     def lookup(self, key: str, name: str | None = None, check: Callable[[Entry], None] | None = None,
-               checker: Checker | None = None) -> Entry | None:
+               checker: Checker | None = None, trust: Callable[[Entry], None] | None = None) -> Entry | None:
         """Return the verified entry for *key*, holding its verified bytes (:attr:`Entry.opened`: close it when
         done), or None; a bad entry is quarantined and reported as None.
 
-        :param check: an extra check (e.g. the trust policy, a real load) on the verified entry; it raises
-            :class:`EntryInvalid` to reject it
+        :param check: an extra check (e.g. a real load) on the verified entry; it raises :class:`EntryInvalid` to
+            reject it
         :param checker: see :func:`check_entry`
+        :param trust: the trust policy, on the manifest and envelope as read, before any file is opened (see
+            :func:`check_entry`)
         """
         path = self.find(key, name)
         if path is None:
             return None
         entry = None
         try:
-            entry = check_entry(path, key, checker=checker, keep=True)
+            entry = check_entry(path, key, checker=checker, keep=True, trust=trust)
             if check is not None:
                 check(entry)
         except EntryInvalid as exc:
@@ -194,7 +196,8 @@ def staging_stale(path: Path, now: float, max_age: float = STALE_STAGING_SECONDS
         age = now - path.stat().st_mtime
     except FileNotFoundError:
         return False
-    dead = len(parts) >= 4 and parts[-3] == _host() and parts[-2].isdigit() and not pid_alive(int(parts[-2]))
+    pid = pid_field(parts[-2]) if len(parts) >= 4 and parts[-3] == _host() else None
+    dead = pid is not None and not pid_alive(pid)
     return dead or age > max_age
 
 

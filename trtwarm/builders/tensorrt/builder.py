@@ -96,7 +96,7 @@ class TensorRTBuilder(Builder):
         if path is None:
             return None
         try:
-            data = read_bounded(path, CALIBRATION_LIMIT)
+            data = read_bounded(path, CALIBRATION_LIMIT, follow=True)  # the operator's (a ConfigMap's link)
         except (OSError, TooLarge) as exc:
             raise ConfigError(f"--calibration-cache {path}: {getattr(exc, 'strerror', None) or exc}",
                               hint="mount the calibration cache into the init container") from exc

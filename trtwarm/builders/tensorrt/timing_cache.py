@@ -13,8 +13,11 @@ import logging
 from collections.abc import Callable
 
 from trtwarm.config import Identity
-from trtwarm.fs.ops import TooLarge, atomic_write, read_bounded
+from trtwarm.errors import EntryInvalid, UnsafeVolume
+from trtwarm.fs import safe
+from trtwarm.fs.ops import TooLarge
 from trtwarm.volume.layout import Layout
+from trtwarm.volume.verified import Dir
 
 log = logging.getLogger("trtwarm.timing_cache")
 #: timing caches are "usually very small (only a few MB)"; anything this large is not one
@@ -29,13 +32,15 @@ class TimingCacheFile:
         self.path = layout.timing_caches / f"{cache_id}.cache"
 
     def read(self) -> bytes | None:
-        """The cache's bytes; None when there is none yet or it cannot be read (a build then starts empty)."""
+        """The cache's bytes; None when there is none yet or it cannot be read (a build then starts empty). Read
+        through ``timing-caches``' descriptor, reached from the volume's root without following a link."""
         try:
-            data = read_bounded(self.path, LIMIT)
+            with Dir.own(self.layout.root, self.layout.timing_caches) as caches:
+                data = caches.read(self.path.name, LIMIT)
         except FileNotFoundError:
             return None
-        except (OSError, TooLarge) as exc:
-            log.warning("ignoring timing cache %s: %s", self.path.name, exc)
+        except (OSError, TooLarge, EntryInvalid, UnsafeVolume) as exc:
+            log.warning("ignoring timing cache %s: %s", self.path.name, getattr(exc, "message", exc))
             return None
         return data or None
 
@@ -43,17 +48,19 @@ class TimingCacheFile:
         """Under the cache's own lock: ``merge(current bytes)`` and replace the file with the result.
 
         :return: whether a new cache was written (False: *merge* returned nothing, or the lock was busy too long)
+        :raises UnsafeVolume: ``timing-caches`` is (or became) a link or a file: nothing written through it
         """
         from trtwarm.errors import LockTimeoutError
         from trtwarm.volume.lock import BuildLock
 
-        self.layout.timing_caches.mkdir(exist_ok=True)
+        safe.makedirs(self.layout.root, self.layout.timing_caches, self.layout.dir_mode())
         try:
             with BuildLock(self.layout, f"timing-{self.id}", identity, mode=mode, timeout=120.0):
                 data = merge(self.read())
                 if not data:
                     return False
-                atomic_write(self.path, data, self.layout.file_mode())
+                # through the directory's descriptor: a link swapped in for timing-caches is refused, never followed
+                safe.write(self.layout.root, self.path, data, self.layout.file_mode())
         except LockTimeoutError:
             log.warning("timing cache %s is locked by another build for over 2 minutes; not updating it", self.id)
             return False

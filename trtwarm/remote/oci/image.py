@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import logging
+import os
 import platform
 import tarfile
 import tempfile
@@ -27,8 +29,10 @@ from trtwarm.errors import VolumeError
 from trtwarm.remote.oci.client import OciClient
 from trtwarm.remote.oci.layout import MANIFEST, canonical, descriptor
 from trtwarm.remote.repo import manifest_files
+from trtwarm.volume.entry import Entry
 from trtwarm.volume.files import MANIFEST as ENTRY_MANIFEST
 from trtwarm.volume.files import SIGNATURE
+from trtwarm.volume.layout import CACHEDIR_TAG, LAYOUT_VERSION
 
 log = logging.getLogger("trtwarm.remote")
 IMAGE_TYPE = "application/vnd.trtwarm.engines.v1"
@@ -62,14 +66,25 @@ def _info(name: str, size: int = 0, directory: bool = False) -> tarfile.TarInfo:
     return info
 
 
-def entry_files(entry: Path, manifest: dict[str, Any]) -> list[str]:
-    """The files of an entry that go into the image: its manifest, its signature when signed, and its files."""
-    names = [ENTRY_MANIFEST, *([SIGNATURE] if (entry / SIGNATURE).is_file() else [])]
-    return names + [row["path"] for row in manifest_files(manifest)]
+def entry_files(entry: Entry) -> dict[str, bytes | None]:
+    """What of the verified *entry* goes into the image, by name: its manifest and its signature (when signed) as
+    read when it was checked (bytes), and each listed file (None: read from its verified descriptor)."""
+    seals = {ENTRY_MANIFEST: _json(entry.manifest)}
+    if entry.opened is not None and isinstance(entry.opened.envelope, dict):
+        seals[SIGNATURE] = _json(entry.opened.envelope)
+    return {**seals, **{row["path"]: None for row in manifest_files(entry.manifest)}}
 
 
-def write_layer(cache: Path, entries: list[tuple[Path, dict[str, Any]]], out: BinaryIO) -> tuple[str, int]:
-    """Write the uncompressed layer of *entries* (``(entry directory, its manifest)``) to *out*.
+def _json(doc: dict[str, Any]) -> bytes:
+    """A seal's bytes, as the volume's publish writes them (the same document, the same bytes: the same layer)."""
+    return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
+
+
+def write_layer(entries: list[Entry], out: BinaryIO) -> tuple[str, int]:
+    """Write the uncompressed layer of the verified *entries* to *out*: each file from the descriptor that was checked
+    (:attr:`Entry.opened`, through ``/proc/<pid>/fd/<n>``), never the entry's path opened again (a link swapped in
+    there since is never followed), the manifest and signature as read, ``VERSION`` and ``CACHEDIR.TAG`` as the
+    layout writes them.
 
     :return: ``(sha256 hex, size)``: the layer's digest, which is also its diff_id
     """
@@ -77,22 +92,24 @@ def write_layer(cache: Path, entries: list[tuple[Path, dict[str, Any]]], out: Bi
     with tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
         for name in ("cache", "cache/entries"):
             tar.addfile(_info(name, directory=True))
-        for name in ("VERSION", "CACHEDIR.TAG"):
-            data = (cache / name).read_bytes()
-            tar.addfile(_info(f"cache/{name}", len(data)), io.BytesIO(data))
-        for entry, manifest in sorted(entries, key=lambda em: em[0].name):
+        for name, text in (("VERSION", f"{LAYOUT_VERSION}\n"), ("CACHEDIR.TAG", CACHEDIR_TAG)):
+            tar.addfile(_info(f"cache/{name}", len(text.encode())), io.BytesIO(text.encode()))
+        for entry in sorted(entries, key=lambda e: e.name):
+            assert entry.opened is not None, "only a verified entry is packed"
             base, dirs = f"cache/entries/{entry.name}", set()
             tar.addfile(_info(base, directory=True))
-            for rel in sorted(entry_files(entry, manifest)):
+            for rel, data in sorted(entry_files(entry).items()):
                 parts = rel.split("/")
                 for depth in range(1, len(parts)):
                     sub = "/".join(parts[:depth])
                     if sub not in dirs:
                         dirs.add(sub)
                         tar.addfile(_info(f"{base}/{sub}", directory=True))
-                path = entry / rel
-                with open(path, "rb") as handle:
-                    tar.addfile(_info(f"{base}/{rel}", path.stat().st_size), handle)
+                if data is not None:
+                    tar.addfile(_info(f"{base}/{rel}", len(data)), io.BytesIO(data))
+                    continue
+                with open(entry.opened.proc(rel), "rb") as handle:  # the file checked, whatever its name leads to
+                    tar.addfile(_info(f"{base}/{rel}", os.fstat(handle.fileno()).st_size), handle)
     return sink.digest.hexdigest(), sink.size
 
 
@@ -104,17 +121,18 @@ def image_config(diff_id: str, keys: list[str]) -> bytes:
                       "history": [{"created_by": "trtwarm prebuild --oci-image"}]})
 
 
-def push_image(client: OciClient, tag: str, cache: Path, entries: list[tuple[Path, dict[str, Any]]]) -> str:
-    """Build the engine image of *entries* (from the cache at *cache*) and push it as *tag*. :return: its digest
+def push_image(client: OciClient, tag: str, cache: Path, entries: list[Entry]) -> str:
+    """Build the engine image of the verified *entries* (of the cache at *cache*) and push it as *tag*.
+    :return: its digest
 
     :raises RemoteError: the registry refused it; :raises VolumeError: an entry's file cannot be read
     """
     with tempfile.TemporaryFile(dir=cache / ".staging" if (cache / ".staging").is_dir() else None) as layer:
         try:
-            sha, size = write_layer(cache, entries, layer)  # type: ignore[arg-type]
+            sha, size = write_layer(entries, layer)  # type: ignore[arg-type]
         except OSError as exc:
             raise VolumeError(f"cannot read an entry for the engine image: {exc}") from None
-        keys = sorted(str(m["key"]) for _e, m in entries)
+        keys = sorted(entry.key for entry in entries)
         if client.blob_size(f"sha256:{sha}") != size:
             layer.seek(0)
             client.upload(f"sha256:{sha}", layer, size)  # type: ignore[arg-type]
