@@ -5,7 +5,8 @@ For each piece (at most :data:`BUFFER` bytes, never across a chunk's end) the ca
 whole-file digest while helper threads hash it into its chunk's digest, write it to the destination, and read the next
 piece into the other of two buffers. All of them see the same bytes in memory: what is written is what was hashed,
 and the source is read once. The pass costs one SHA-256 of the file in wall time where three cores are free (the
-other stages are shorter), instead of the sum of every stage.
+other stages are shorter), instead of the sum of every stage. A file of at most :data:`SEQUENTIAL` bytes is passed
+over in the calling thread alone, through one small buffer (:data:`SMALL_BUFFER`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ import os
 BUFFER = 1 << 20
 #: below this many bytes a pass runs in the calling thread alone: starting threads costs more than they save
 SEQUENTIAL = 4 << 20
+#: bytes per read of such a pass, into one buffer: measured in a fresh process (docs/benchmarks.md, "The storm"): a
+#: 1 MiB engine is checked in 0.7 ms CPU with 64 KiB reads and in 1.4 ms with 1 MiB ones, most of the difference the
+#: first touch of a large buffer's pages (a waiter of a storm, or a hit, checks one small engine once)
+SMALL_BUFFER = 64 << 10
 
 
 def read_into(fd: int, view: memoryview, offset: int) -> int:
@@ -84,14 +89,36 @@ def stream(sfd: int, dfd: int | None, chunk_bytes: int | None, stop: int | None)
     """``(whole-file SHA-256, bytes read, [chunk SHA-256s])`` of *sfd* read to its end or to *stop* bytes; each piece
     written to *dfd* at its offset. *chunk_bytes* None: no chunk digests (``[]``)."""
     expect = stop if stop is not None else os.fstat(sfd).st_size
-    threaded = expect > SEQUENTIAL
-    reader, chunker, writer = _Stage(threaded), _Stage(threaded and chunk_bytes is not None), \
-        _Stage(threaded and dfd is not None)
+    if expect <= SEQUENTIAL:
+        return _small(sfd, dfd, chunk_bytes, stop)
+    reader, chunker, writer = _Stage(True), _Stage(chunk_bytes is not None), _Stage(dfd is not None)
     try:
         return _pass(sfd, dfd, chunk_bytes, stop, reader, chunker, writer)
     finally:
         for stage in (reader, chunker, writer):
             stage.stop()
+
+
+def _small(sfd: int, dfd: int | None, chunk_bytes: int | None, stop: int | None) -> tuple[str, int, list[str]]:
+    """:func:`stream` of a small file in the calling thread: read a piece, hash it, write it, read the next."""
+    whole, chunk, digests, size, filled = hashlib.sha256(), hashlib.sha256(), [], 0, 0
+    span = chunk_bytes or (1 << 62)
+    buffer = memoryview(bytearray(SMALL_BUFFER))
+    while got := read_into(sfd, buffer[:min(SMALL_BUFFER, span - filled, (stop - size) if stop is not None
+                                            else SMALL_BUFFER)], size):
+        data = buffer[:got]
+        whole.update(data)
+        if chunk_bytes is not None:
+            chunk.update(data)
+        if dfd is not None:
+            write_all(dfd, data, size)
+        size, filled = size + got, filled + got
+        if filled == span:
+            digests.append(chunk.hexdigest())
+            chunk, filled = hashlib.sha256(), 0
+    if filled and chunk_bytes is not None:
+        digests.append(chunk.hexdigest())
+    return whole.hexdigest(), size, digests
 
 
 def _pass(sfd: int, dfd: int | None, chunk_bytes: int | None, stop: int | None, reader: _Stage, chunker: _Stage,
