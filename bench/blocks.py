@@ -60,9 +60,11 @@ def bigfiles(profile: Profile, write: bool) -> int:
 
 def storm(profile: Profile, write: bool) -> int:
     """The storm rows of the main table (and the crash takeover), then where each storm's time went: every N again
-    with each init traced (bench/storm.py ``TRACER``: wake-up, hand-off, exit, imports after the wake-up)."""
+    with each init traced (bench/storm.py ``TRACER``: wake-up, hand-off, exit, imports after the wake-up, each
+    waiter's main thread on a CPU, waiting for one or blocked, its CPU with its exit)."""
     import json
 
+    from bench.storm import trace_table
     from bench.table import storm_rows
     from run import bench_storm, bench_takeover
 
@@ -80,6 +82,7 @@ def storm(profile: Profile, write: bool) -> int:
     for r in traces:
         print(f"trace, storm of {r['n']}: last ready {r['trtwarm']['last_s'] * 1000:.0f} ms after the publish; "
               + json.dumps(r["trtwarm"]["trace"]))
+    print("\nwhere the time went (ms; median, the slowest waiter in brackets):\n" + trace_table(traces))
     if write:
         _replace_rows(r"^\| (storm of|crash takeover).*$", table)
     return 0
