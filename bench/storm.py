@@ -148,6 +148,9 @@ def flock(fd, op):
     if op == fcntl.LOCK_SH:
         mark("woke")
         woke.append(1)
+        if threading.current_thread() is threading.main_thread():  # it waited on the flock itself
+            mark("main")
+            woke.append(1)
     elif op == fcntl.LOCK_UN and published:
         mark("released")
 def wait(self, timeout=None):

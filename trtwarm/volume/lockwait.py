@@ -1,0 +1,108 @@
+"""Waiting for the holder of a build lock to let go, in ``flock`` mode: a shared flock of the lock file, which the
+kernel grants to every waiter at once when the holder's exclusive lock goes (a publish, a failure, a death), dropped
+as soon as it is granted. :class:`trtwarm.volume.lock.BuildLock` waits through these; they never take the lock.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+from trtwarm.fs.atomic import below
+
+#: the pause before looking again when the lock file cannot be waited on
+PAUSE_SECONDS = 0.1
+
+
+def _lock_file(path: Path) -> int:
+    """A descriptor of the lock file *path* to wait on (made if missing). :raises OSError:"""
+    # never a file a link points at, never in a directory a link swapped in for .locks points at
+    locks, name = below(path.parent.parent, path)
+    try:
+        return os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o664, dir_fd=locks)
+    finally:
+        os.close(locks)
+
+
+def wait_shared(path: Path, released: threading.Event) -> None:
+    """Block on a shared flock of *path* (granted once no exclusive holder is left), drop it, set *released*."""
+    import fcntl
+
+    try:
+        fd = _lock_file(path)
+    except OSError:  # cannot wait here: the caller tries the lock itself again after a pause
+        time.sleep(PAUSE_SECONDS)
+        released.set()
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    except OSError:
+        time.sleep(PAUSE_SECONDS)
+    finally:
+        os.close(fd)
+        released.set()
+
+
+class _TimedOut(Exception):
+    """The interval timer of :func:`wait_here` fired."""
+
+
+def may_wait_here() -> bool:
+    """Whether this thread may block on the flock itself, cut short by ``SIGALRM``: the main thread (the only one a
+    signal handler runs in), with ``SIGALRM`` and the real-time interval timer unused by anyone else."""
+    import signal
+
+    return (threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGALRM) is
+            signal.SIG_DFL and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0))
+
+
+def wait_here(path: Path, seconds: float) -> bool:
+    """:func:`wait_shared` in the calling (main) thread, for at most *seconds* (an interval timer's ``SIGALRM``
+    ends the wait): whether the shared flock was granted. One thread, woken by the kernel itself, instead of a helper
+    thread that then wakes this one: in a storm, every waiter is scheduled once after the publish, not twice."""
+    import fcntl
+    import signal
+
+    try:
+        fd = _lock_file(path)
+    except OSError:  # cannot wait here: the caller tries the lock itself again after a pause
+        time.sleep(min(seconds, PAUSE_SECONDS))
+        return True
+    armed = [True]
+
+    def alarm(_signum: int, _frame: object) -> None:
+        if armed[0]:  # one that comes after the flock returned is ignored (there is nothing left to cut short)
+            armed[0] = False
+            raise _TimedOut  # out of the flock: PEP 475 retries an interrupted call only when the handler returns
+
+    previous = signal.signal(signal.SIGALRM, alarm)
+    granted = False
+    try:
+        try:
+            if seconds <= 0:  # no timer (0 disarms it): look once
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            else:
+                signal.setitimer(signal.ITIMER_REAL, seconds)
+                fcntl.flock(fd, fcntl.LOCK_SH)  # EINTR when the timer fires: the handler raises, nothing retries
+            granted = True
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            armed[0] = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except _TimedOut:
+        pass
+    except BlockingIOError:  # held, and no time to wait
+        pass
+    except OSError:  # cannot wait on it: the caller looks again after a pause
+        time.sleep(min(seconds, PAUSE_SECONDS))
+        granted = True
+    finally:
+        signal.signal(signal.SIGALRM, previous)  # runs a pending handler first (disarmed by then)
+        os.close(fd)
+    return granted
+
+
+__all__ = ["PAUSE_SECONDS", "may_wait_here", "wait_here", "wait_shared"]
