@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -193,15 +195,20 @@ def test_read_only_mode_without_a_builder_times_out_with_5(model: Path, cache: P
     assert not (tmp_path / "builds").exists()
 
 
-def _hold(lock_file: Path, release: Path) -> subprocess.Popen[str]:
-    """Another process holding the exclusive flock of *lock_file* until *release* is created."""
+@contextlib.contextmanager
+def _held(lock_file: Path, release: Path) -> Iterator[subprocess.Popen[str]]:
+    """Another process holding the exclusive flock of *lock_file* until *release* is created (or the test ends)."""
     code = ("import fcntl, os, sys, time\nfd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o664)\n"
             "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\n"
             "while not os.path.exists(sys.argv[2]):\n    time.sleep(0.01)\n")
     holder = subprocess.Popen([sys.executable, "-c", code, str(lock_file), str(release)], stdout=subprocess.PIPE,
                               text=True)
-    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-    return holder
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        yield holder
+    finally:
+        holder.kill()
+        holder.communicate()
 
 
 def _lock(cache: Path) -> BuildLock:
@@ -234,22 +241,44 @@ started = time.monotonic()
 print(lock.wait_released(60), round(time.monotonic() - started, 2), state(), flush=True)
 """
 
+#: a waiter behind a holder until what it waits for appears: it never tries the lock, so never imports filelock
+WAITER_BEHIND_A_HOLDER = """
+import sys, threading
+from pathlib import Path
+from trtwarm.config import Identity
+from trtwarm.volume.layout import Layout
+from trtwarm.volume.lock import BuildLock
+release = Path(sys.argv[2])
+lock = BuildLock(Layout(Path(sys.argv[1])), "k" * 64, Identity.from_env({}), mode="flock")
+threading.Timer(0.5, release.touch).start()
+print(lock.take_or_wait(release.exists), lock.contended, "filelock" in sys.modules, flush=True)
+"""
+
 
 def test_a_waiter_blocked_in_its_main_thread_wakes_at_the_release_and_leaves_no_timer(cache: Path,
                                                                                       tmp_path: Path) -> None:
     """The main thread waits on the flock itself (an interval timer cuts the wait short): False when the time is
     up (no helper thread started), True as soon as the holder lets go; SIGALRM and the timer left as found."""
     lock = _lock(cache)
-    holder = _hold(lock.layout.lock_path(lock.lock_id), tmp_path / "release")
-    run = subprocess.run([sys.executable, "-c", MAIN_THREAD_WAIT, str(cache), str(tmp_path / "release")],
-                         capture_output=True, text=True, timeout=120, env=env_for())
-    assert run.returncode == 0, run.stderr
-    first, second = (line.split() for line in run.stdout.splitlines())
-    assert first[0] == "False" and 0.25 <= float(first[1]) < 10 and first[2:] == ["False", "True", "1"], first
-    assert second[0] == "True" and float(second[1]) < 30 and second[2] == "True", second  # the release, not 60 s
-    holder.wait(timeout=30)
+    with _held(lock.layout.lock_path(lock.lock_id), tmp_path / "release") as holder:
+        run = subprocess.run([sys.executable, "-c", MAIN_THREAD_WAIT, str(cache), str(tmp_path / "release")],
+                             capture_output=True, text=True, timeout=120, env=env_for())
+        assert run.returncode == 0, run.stderr
+        first, second = (line.split() for line in run.stdout.splitlines())
+        assert first[0] == "False" and 0.25 <= float(first[1]) < 10 and first[2:] == ["False", "True", "1"], first
+        assert second[0] == "True" and float(second[1]) < 30 and second[2] == "True", second  # the release, not 60 s
+        holder.wait(timeout=30)
     assert lock.try_acquire(), "the shared lock of the wait is not kept"
     lock.release()
+
+
+def test_a_waiter_behind_a_holder_never_tries_the_lock_nor_loads_the_lock_library(cache: Path,
+                                                                                   tmp_path: Path) -> None:
+    lock = _lock(cache)
+    with _held(lock.layout.lock_path(lock.lock_id), tmp_path / "release"):
+        run = subprocess.run([sys.executable, "-c", WAITER_BEHIND_A_HOLDER, str(cache), str(tmp_path / "release")],
+                             capture_output=True, text=True, timeout=120, env=env_for())
+    assert run.returncode == 0 and run.stdout.split() == ["False", "True", "False"], run.stdout + run.stderr
 
 
 def test_a_waiter_in_another_thread_or_beside_someones_sigalrm_waits_in_a_helper_thread(cache: Path,
@@ -257,22 +286,22 @@ def test_a_waiter_in_another_thread_or_beside_someones_sigalrm_waits_in_a_helper
     """Where the main thread's timer is not free (not the main thread, or SIGALRM handled by the embedding
     program), the wait runs in a helper thread and the program's SIGALRM is left alone."""
     lock = _lock(cache)
-    holder = _hold(lock.layout.lock_path(lock.lock_id), tmp_path / "release")
-    got: list[bool] = []
-    waiter = threading.Thread(target=lambda: got.append(lock.wait_released(0.3)))
-    waiter.start()
-    waiter.join(timeout=30)
-    assert got == [False]
     alarms: list[int] = []
-    previous = signal.signal(signal.SIGALRM, lambda signum, _frame: alarms.append(signum))
-    try:
-        assert lock.wait_released(0.3) is False
-        assert signal.getsignal(signal.SIGALRM) is not signal.SIG_DFL and alarms == []
-        (tmp_path / "release").touch()
-        assert lock.wait_released(60) is True
-    finally:
-        signal.signal(signal.SIGALRM, previous)
-    holder.wait(timeout=30)
+    with _held(lock.layout.lock_path(lock.lock_id), tmp_path / "release") as holder:
+        got: list[bool] = []
+        waiter = threading.Thread(target=lambda: got.append(lock.wait_released(0.3)))
+        waiter.start()
+        waiter.join(timeout=30)
+        assert got == [False]
+        previous = signal.signal(signal.SIGALRM, lambda signum, _frame: alarms.append(signum))
+        try:
+            assert lock.wait_released(0.3) is False
+            assert signal.getsignal(signal.SIGALRM) is not signal.SIG_DFL and alarms == []
+            (tmp_path / "release").touch()
+            assert lock.wait_released(60) is True
+        finally:
+            signal.signal(signal.SIGALRM, previous)
+        holder.wait(timeout=30)
 
 
 def test_sigterm_to_a_waiter_blocked_on_the_lock_exits_143_at_once(model: Path, cache: Path, tmp_path: Path) -> None:
