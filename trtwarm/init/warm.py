@@ -87,6 +87,7 @@ def _single_flight(plan: Plan) -> tuple[Entry | None, str]:
     plan.layout.ensure()
     lock = BuildLock(plan.layout, plan.key, s.identity, mode=s.lock_mode, timeout=s.lock_timeout,
                      on_wait=_on_wait(plan), progress=s.progress_interval, label=plan.name)
+    plan.gate.preload(waiting=True)  # a pull or a build needs the verifier too
     result, ours = "waited", None
     if lock.take_or_wait(lambda: plan.store.find(plan.key, plan.name) is not None):
         try:
@@ -144,6 +145,7 @@ def _wait_read_only(plan: Plan) -> tuple[Entry | None, str]:
     """Wait for a verified (and, under a policy, trusted) entry without building. :raises LockTimeoutError:"""
     why, what, hint = _wait_reason(plan)
     log.info("%s: waiting for %s %s (up to %.0f s)", why, what, plan.label, plan.settings.lock_timeout)
+    plan.gate.preload(waiting=True)
     start = last = time.monotonic()
     if plan.remote is not None and (found := _single_flight(plan))[1] != "absent":
         return found
