@@ -272,6 +272,38 @@ def test_a_waiter_blocked_in_its_main_thread_wakes_at_the_release_and_leaves_no_
     lock.release()
 
 
+#: the pause of an init that only waits, in a process of its own: on a lock file nobody holds, on one that does not
+#: exist (not made), then on one whose holder lets go after 0.5 s; how long each took
+PAUSES = """
+import sys, threading, time
+from pathlib import Path
+from trtwarm.volume import lockwait
+held, missing, release = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+def took(path, seconds):
+    started = time.monotonic()
+    lockwait.pause(path, seconds)
+    return round(time.monotonic() - started, 2)
+free = took(missing.with_name("free.lock"), 0.3)
+absent = took(missing, 0.3)
+threading.Timer(0.5, release.touch).start()
+print(free, absent, missing.exists(), took(held, 60), flush=True)
+"""
+
+
+def test_the_pause_of_an_init_that_only_waits_ends_at_the_release_and_never_makes_the_lock_file(
+        cache: Path, tmp_path: Path) -> None:
+    lock = _lock(cache)
+    held = lock.layout.lock_path(lock.lock_id)
+    (held.parent / "free.lock").touch()
+    with _held(held, tmp_path / "release"):
+        run = subprocess.run([sys.executable, "-c", PAUSES, str(held), str(held.parent / "missing.lock"),
+                              str(tmp_path / "release")], capture_output=True, text=True, timeout=120, env=env_for())
+    assert run.returncode == 0, run.stderr
+    free, absent, made, released = run.stdout.split()
+    assert float(free) >= 0.25 and float(absent) >= 0.25 and made == "False", run.stdout  # slept the whole pause
+    assert float(released) < 30, run.stdout  # woke at the release, not after 60 s
+
+
 def test_a_waiter_behind_a_holder_never_tries_the_lock_nor_loads_the_lock_library(cache: Path,
                                                                                    tmp_path: Path) -> None:
     lock = _lock(cache)

@@ -16,12 +16,13 @@ from trtwarm.fs.atomic import below
 PAUSE_SECONDS = 0.1
 
 
-def _lock_file(path: Path) -> int:
-    """A descriptor of the lock file *path* to wait on (made if missing). :raises OSError:"""
+def _lock_file(path: Path, create: bool = True) -> int:
+    """A descriptor of the lock file *path* to wait on (made if missing, with *create*). :raises OSError:"""
     # never a file a link points at, never in a directory a link swapped in for .locks points at
+    flags = os.O_RDWR | os.O_CREAT if create else os.O_RDONLY  # a shared flock needs no write access
     locks, name = below(path.parent.parent, path)
-    try:
-        return os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o664, dir_fd=locks)
+    try:  # O_NONBLOCK: a FIFO put there never blocks the open (a flock still blocks: it ignores the flag)
+        return os.open(name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o664, dir_fd=locks)
     finally:
         os.close(locks)
 
@@ -67,7 +68,7 @@ def held(path: Path) -> bool:
 
 
 class _TimedOut(Exception):
-    """The interval timer of :func:`wait_here` fired."""
+    """The interval timer of :func:`_block` fired."""
 
 
 def may_wait_here() -> bool:
@@ -83,14 +84,51 @@ def wait_here(path: Path, seconds: float) -> bool:
     """:func:`wait_shared` in the calling (main) thread, for at most *seconds* (an interval timer's ``SIGALRM``
     ends the wait): whether the shared flock was granted. One thread, woken by the kernel itself, instead of a helper
     thread that then wakes this one: in a storm, every waiter is scheduled once after the publish, not twice."""
-    import fcntl
-    import signal
-
     try:
         fd = _lock_file(path)
     except OSError:  # cannot wait here: the caller tries the lock itself again after a pause
         time.sleep(min(seconds, PAUSE_SECONDS))
         return True
+    try:
+        return _block(fd, seconds)
+    finally:
+        os.close(fd)
+
+
+def pause(path: Path, seconds: float) -> None:
+    """Sleep *seconds*, or less when the holder of the lock file *path* lets go meanwhile (a publish, a failure): the
+    pause between looks of an init that only waits and never takes the lock (``--read-only``, or under a trust
+    policy without a signing key). Never creates the lock file; sleeps the whole time where nobody holds it, where it
+    is missing (a volume without a local builder, ``lease`` mode) or where only a helper thread could wait on it."""
+    import fcntl
+
+    try:
+        fd = _lock_file(path, create=False)
+    except OSError:
+        time.sleep(seconds)
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:  # held: wait for its release
+            if may_wait_here():
+                _block(fd, seconds)
+                return
+        except OSError:  # flock does not work here
+            pass
+        else:  # nobody holds it
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        time.sleep(seconds)
+    finally:
+        os.close(fd)
+
+
+def _block(fd: int, seconds: float) -> bool:
+    """Request a shared flock of *fd* in the calling (main) thread for at most *seconds* (``SIGALRM`` from
+    ``ITIMER_REAL`` ends the wait) and drop it at once: whether it was granted."""
+    import fcntl
+    import signal
+
     armed = [True]
 
     def alarm(_signum: int, _frame: object) -> None:
@@ -112,17 +150,14 @@ def wait_here(path: Path, seconds: float) -> bool:
         finally:
             armed[0] = False
             signal.setitimer(signal.ITIMER_REAL, 0)
-    except _TimedOut:
-        pass
-    except BlockingIOError:  # held, and no time to wait
+    except (_TimedOut, BlockingIOError):  # the time is up, or held and no time to wait
         pass
     except OSError:  # cannot wait on it: the caller looks again after a pause
         time.sleep(min(seconds, PAUSE_SECONDS))
         granted = True
     finally:
         signal.signal(signal.SIGALRM, previous)  # runs a pending handler first (disarmed by then)
-        os.close(fd)
     return granted
 
 
-__all__ = ["PAUSE_SECONDS", "held", "may_wait_here", "wait_here", "wait_shared"]
+__all__ = ["PAUSE_SECONDS", "held", "may_wait_here", "pause", "wait_here", "wait_shared"]
