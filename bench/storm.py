@@ -121,6 +121,28 @@ def trtwarm_storm(work: Path, n: int, build_seconds: float, init_argv, env: dict
             **({"trace": trace_summary(logs, cpu)} if trace else {})}
 
 
+def enforced(work: Path, init_argv, env: dict[str, str]):  # noqa: ANN001, ANN201
+    """*init_argv* under ``--trust-mode enforce`` (a policy trusting one new key, the hand-off a link as in the other
+    storms): the first init of a storm (``h0``, started first) holds the signing key and builds, every other one is
+    a consumer, which may not build and only waits for a signed entry (as serving Pods do where a prebuild Job or a
+    signing Pod builds)."""
+    import json
+
+    key = work / "signing"
+    if not (work / "policy.json").exists():
+        subprocess.run([sys.executable, "-m", "trtwarm", "keys", "generate", "--out", str(key)], check=True,
+                       capture_output=True, env=env)
+        (work / "policy.json").write_text(json.dumps({"mode": "enforce", "keys": [{"name": "signing",
+                                                                                     "public_key_file": "signing.pub"}]}))
+
+    def argv(model: Path, cache: Path, handoff: Path, command: str) -> list[str]:
+        signer = ["--signing-key", f"{key}.key"] if handoff.name in ("h0", "h-warm") else []
+        return [*init_argv(model, cache, handoff, command), "--trust-policy", str(work / "policy.json"),
+                "--handoff", "link", *signer]
+
+    return argv
+
+
 #: ``--trace``: each init started through this launcher, under ``-X importtime``, which marks on its stderr (the init's
 #: log) when its shared flock was granted (the wake-up, in the lock's helper thread), when the main thread woke from
 #: waiting for that helper (``main``), each rename into the volume's entries (the publish), the hand-off's
@@ -292,4 +314,4 @@ def takeover(work: Path, init_argv, env: dict[str, str], model: Path) -> dict[st
             "exit_ok": codes.count(0)}
 
 
-__all__ = ["TRACER", "seed_storm", "takeover", "trace_summary", "trace_table", "traced", "trtwarm_storm"]
+__all__ = ["TRACER", "enforced", "seed_storm", "takeover", "trace_summary", "trace_table", "traced", "trtwarm_storm"]
