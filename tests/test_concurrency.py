@@ -241,20 +241,6 @@ started = time.monotonic()
 print(lock.wait_released(60), round(time.monotonic() - started, 2), state(), flush=True)
 """
 
-#: a waiter behind a holder until what it waits for appears: it never tries the lock, so never imports filelock
-WAITER_BEHIND_A_HOLDER = """
-import sys, threading
-from pathlib import Path
-from trtwarm.config import Identity
-from trtwarm.volume.layout import Layout
-from trtwarm.volume.lock import BuildLock
-release = Path(sys.argv[2])
-lock = BuildLock(Layout(Path(sys.argv[1])), "k" * 64, Identity.from_env({}), mode="flock")
-threading.Timer(0.5, release.touch).start()
-print(lock.take_or_wait(release.exists), lock.contended, "filelock" in sys.modules, flush=True)
-"""
-
-
 def test_a_waiter_blocked_in_its_main_thread_wakes_at_the_release_and_leaves_no_timer(cache: Path,
                                                                                       tmp_path: Path) -> None:
     """The main thread waits on the flock itself (an interval timer cuts the wait short): False when the time is
@@ -302,15 +288,6 @@ def test_the_pause_of_an_init_that_only_waits_ends_at_the_release_and_never_make
     free, absent, made, released = run.stdout.split()
     assert float(free) >= 0.25 and float(absent) >= 0.25 and made == "False", run.stdout  # slept the whole pause
     assert float(released) < 30, run.stdout  # woke at the release, not after 60 s
-
-
-def test_a_waiter_behind_a_holder_never_tries_the_lock_nor_loads_the_lock_library(cache: Path,
-                                                                                   tmp_path: Path) -> None:
-    lock = _lock(cache)
-    with _held(lock.layout.lock_path(lock.lock_id), tmp_path / "release"):
-        run = subprocess.run([sys.executable, "-c", WAITER_BEHIND_A_HOLDER, str(cache), str(tmp_path / "release")],
-                             capture_output=True, text=True, timeout=120, env=env_for())
-    assert run.returncode == 0 and run.stdout.split() == ["False", "True", "False"], run.stdout + run.stderr
 
 
 def test_a_waiter_in_another_thread_or_beside_someones_sigalrm_waits_in_a_helper_thread(cache: Path,

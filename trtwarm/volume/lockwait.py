@@ -47,26 +47,6 @@ def wait_shared(path: Path, released: threading.Event) -> None:
         released.set()
 
 
-def held(path: Path) -> bool:
-    """Whether another process holds the lock file *path* exclusively now (a shared flock refused at once): then
-    trying to take it is pointless, and a waiter need not import the lock library at all. False when unknown."""
-    import fcntl
-
-    try:
-        fd = _lock_file(path)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:  # flock does not work here: the lock library's fallback decides
-        return False
-    finally:
-        os.close(fd)  # drops the shared lock, when it was granted
-    return False
-
-
 class _TimedOut(Exception):
     """The interval timer of :func:`_block` fired."""
 
@@ -160,4 +140,4 @@ def _block(fd: int, seconds: float) -> bool:
     return granted
 
 
-__all__ = ["PAUSE_SECONDS", "held", "may_wait_here", "pause", "wait_here", "wait_shared"]
+__all__ = ["PAUSE_SECONDS", "may_wait_here", "pause", "wait_here", "wait_shared"]
