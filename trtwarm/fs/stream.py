@@ -99,32 +99,46 @@ def stream(sfd: int, dfd: int | None, chunk_bytes: int | None, stop: int | None)
             stage.stop()
 
 
+class _Sums:
+    """The whole-file SHA-256 of the bytes passed so far and, with *chunk_bytes*, the SHA-256 of each chunk."""
+
+    def __init__(self, chunk_bytes: int | None) -> None:
+        self.whole, self.chunk, self.digests = hashlib.sha256(), hashlib.sha256(), []
+        self.chunked, self.span = chunk_bytes is not None, chunk_bytes or (1 << 62)
+        self.size = self.filled = 0  # bytes passed, and of them in the current chunk
+
+    def passed(self, got: int) -> None:
+        """*got* more bytes were hashed (into :attr:`whole` and :attr:`chunk`): close the chunk they complete."""
+        self.size, self.filled = self.size + got, self.filled + got
+        if self.filled == self.span:
+            self.digests.append(self.chunk.hexdigest())
+            self.chunk, self.filled = hashlib.sha256(), 0
+
+    def result(self) -> tuple[str, int, list[str]]:
+        if self.filled and self.chunked:
+            self.digests.append(self.chunk.hexdigest())
+        return self.whole.hexdigest(), self.size, self.digests
+
+
 def _small(sfd: int, dfd: int | None, chunk_bytes: int | None, stop: int | None) -> tuple[str, int, list[str]]:
     """:func:`stream` of a small file in the calling thread: read a piece, hash it, write it, read the next."""
-    whole, chunk, digests, size, filled = hashlib.sha256(), hashlib.sha256(), [], 0, 0
-    span = chunk_bytes or (1 << 62)
-    buffer = memoryview(bytearray(SMALL_BUFFER))
-    while got := read_into(sfd, buffer[:min(SMALL_BUFFER, span - filled, (stop - size) if stop is not None
-                                            else SMALL_BUFFER)], size):
+    sums, buffer = _Sums(chunk_bytes), memoryview(bytearray(SMALL_BUFFER))
+    while got := read_into(sfd, buffer[:min(SMALL_BUFFER, sums.span - sums.filled,
+                                            (stop - sums.size) if stop is not None else SMALL_BUFFER)], sums.size):
         data = buffer[:got]
-        whole.update(data)
-        if chunk_bytes is not None:
-            chunk.update(data)
+        sums.whole.update(data)
+        if sums.chunked:
+            sums.chunk.update(data)
         if dfd is not None:
-            write_all(dfd, data, size)
-        size, filled = size + got, filled + got
-        if filled == span:
-            digests.append(chunk.hexdigest())
-            chunk, filled = hashlib.sha256(), 0
-    if filled and chunk_bytes is not None:
-        digests.append(chunk.hexdigest())
-    return whole.hexdigest(), size, digests
+            write_all(dfd, data, sums.size)
+        sums.passed(got)
+    return sums.result()
 
 
 def _pass(sfd: int, dfd: int | None, chunk_bytes: int | None, stop: int | None, reader: _Stage, chunker: _Stage,
           writer: _Stage) -> tuple[str, int, list[str]]:
-    whole, chunk, digests, size, filled = hashlib.sha256(), hashlib.sha256(), [], 0, 0
-    span = chunk_bytes or (1 << 62)
+    sums = _Sums(chunk_bytes)
+    span = sums.span
     buffers = [memoryview(bytearray(min(BUFFER, span))) for _ in range(2)]
 
     def want(at: int, in_chunk: int) -> int:
@@ -134,22 +148,18 @@ def _pass(sfd: int, dfd: int | None, chunk_bytes: int | None, stop: int | None, 
     turn = 0
     while got := reader.wait():
         data = buffers[turn][:got]
-        after = filled + got if filled + got < span else 0
-        reader.start(read_into, sfd, buffers[1 - turn][:want(size + got, after)], size + got)
-        if chunk_bytes is not None:
-            chunker.start(chunk.update, data)
+        after = sums.filled + got if sums.filled + got < span else 0
+        reader.start(read_into, sfd, buffers[1 - turn][:want(sums.size + got, after)], sums.size + got)
+        if sums.chunked:
+            chunker.start(sums.chunk.update, data)
         if dfd is not None:
-            writer.start(write_all, dfd, data, size)
-        whole.update(data)
+            writer.start(write_all, dfd, data, sums.size)
+        sums.whole.update(data)
         chunker.wait()
         writer.wait()
-        size, filled, turn = size + got, filled + got, 1 - turn
-        if filled == span:
-            digests.append(chunk.hexdigest())
-            chunk, filled = hashlib.sha256(), 0
-    if filled and chunk_bytes is not None:
-        digests.append(chunk.hexdigest())
-    return whole.hexdigest(), size, digests
+        sums.passed(got)
+        turn = 1 - turn
+    return sums.result()
 
 
 __all__ = ["BUFFER", "SEQUENTIAL", "read_into", "stream", "write_all"]
