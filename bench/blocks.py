@@ -60,9 +60,12 @@ def bigfiles(profile: Profile, write: bool) -> int:
 
 def storm(profile: Profile, write: bool) -> int:
     """The storm rows of the main table (and the crash takeover), then where each storm's time went: every N again
-    with each init traced (bench/storm.py ``TRACER``: wake-up, hand-off, exit, imports after the wake-up)."""
+    with each init traced (bench/storm.py ``TRACER``: wake-up, hand-off, exit, imports after the wake-up, each
+    waiter's main thread on a CPU, waiting for one or blocked, its CPU with its exit); then each N under a trust
+    policy (one signing builder, N - 1 consumers), printed only."""
     import json
 
+    from bench.storm import trace_table
     from bench.table import storm_rows
     from run import bench_storm, bench_takeover
 
@@ -70,16 +73,20 @@ def storm(profile: Profile, write: bool) -> int:
     counts = profile.counts if profile.repeat > 1 else profile.counts[:1]  # the smoke: the main table has the rest
     with tempfile.TemporaryDirectory(prefix="trtwarm-bench-storm-") as tmp:
         work = Path(tmp)
-        for sub in ("storm", "takeover", "trace"):
+        for sub in ("storm", "takeover", "trace", "enforce"):
             (work / sub).mkdir()
         rows = bench_storm(work / "storm", counts, profile.build_seconds)
         took = bench_takeover(work / "takeover")
         traces = bench_storm(work / "trace", counts, profile.build_seconds, trace=True)
+        enforcing = bench_storm(work / "enforce", counts, profile.build_seconds, enforce=True)
     table = storm_rows(rows, took)
     print(table)
+    print("\nunder --trust-mode enforce, one signing builder and N - 1 consumers (printed, not written):\n"
+          + storm_rows(enforcing, None).replace("| storm of", "| storm under enforce of"))
     for r in traces:
         print(f"trace, storm of {r['n']}: last ready {r['trtwarm']['last_s'] * 1000:.0f} ms after the publish; "
               + json.dumps(r["trtwarm"]["trace"]))
+    print("\nwhere the time went (ms; median, the slowest waiter in brackets):\n" + trace_table(traces))
     if write:
         _replace_rows(r"^\| (storm of|crash takeover).*$", table)
     return 0

@@ -146,16 +146,18 @@ def bench_hit(work: Path, sizes: list[int], repeat: int = 7, skip_digest: tuple[
     return {"floor_s": med["floor"], "stdlib_floor_s": med["stdlib"], "resolve_s": med["resolve"], "sizes": rows}
 
 
-def bench_storm(work: Path, counts: list[int], build_seconds: float = 3.0,
-                trace: bool = False) -> list[dict[str, object]]:
+def bench_storm(work: Path, counts: list[int], build_seconds: float = 3.0, trace: bool = False,
+                enforce: bool = False) -> list[dict[str, object]]:
     """Per N: the seed protocol, then trtwarm, with the same build (at least *build_seconds*; it also waits until
-    every process is waiting, see bench/storm.py)."""
-    from bench.storm import seed_storm, trtwarm_storm
+    every process is waiting, see bench/storm.py). *enforce*: under a trust policy, one signing builder and N - 1
+    consumers (``bench.storm.enforced``)."""
+    from bench.storm import enforced, seed_storm, trtwarm_storm
 
     model, rows = _model(work), []
+    argv = enforced(work, _init_argv, _env()) if enforce else _init_argv
     for n in counts:
         seed = seed_storm(work, n, build_seconds)
-        ours = trtwarm_storm(work, n, build_seconds, _init_argv, _env(), model, trace=trace)
+        ours = trtwarm_storm(work, n, build_seconds, argv, _env(), model, trace=trace)
         rows.append({"n": n, "build_seconds": build_seconds, "seed": seed, "trtwarm": ours})
     return rows
 

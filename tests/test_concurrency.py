@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
+import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import debris, entries, run_trtwarm, spawn, wait_for_log, wait_until
+from conftest import debris, entries, env_for, run_trtwarm, spawn, wait_for_log, wait_until
 
 from trtwarm.volume.entry import check_entry
+from trtwarm.volume.layout import Layout
+from trtwarm.volume.lock import BuildLock
 
 pytestmark = pytest.mark.concurrency
 
@@ -187,3 +193,139 @@ def test_read_only_mode_without_a_builder_times_out_with_5(model: Path, cache: P
     run = run_trtwarm(*init_args(model, cache, tmp_path / "h", command, "--read-only", "--lock-timeout", "1s"))
     assert run.returncode == 5 and "--read-only" in run.stderr
     assert not (tmp_path / "builds").exists()
+
+
+@contextlib.contextmanager
+def _held(lock_file: Path, release: Path) -> Iterator[subprocess.Popen[str]]:
+    """Another process holding the exclusive flock of *lock_file* until *release* is created (or the test ends)."""
+    code = ("import fcntl, os, sys, time\nfd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o664)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\n"
+            "while not os.path.exists(sys.argv[2]):\n    time.sleep(0.01)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(lock_file), str(release)], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        yield holder
+    finally:
+        holder.kill()
+        holder.communicate()
+
+
+def _lock(cache: Path) -> BuildLock:
+    from trtwarm.config import Identity
+
+    layout = Layout(cache)
+    layout.ensure()
+    return BuildLock(layout, "k" * 64, Identity.from_env({}), mode="flock")
+
+
+#: in a process of its own (pytest-timeout keeps SIGALRM in the test process): a wait on the main thread with the
+#: holder still there, one with no time, then one the holder's release ends; timings, and SIGALRM and the timer after
+MAIN_THREAD_WAIT = """
+import os, signal, sys, threading, time
+from pathlib import Path
+from trtwarm.config import Identity
+from trtwarm.volume.layout import Layout
+from trtwarm.volume.lock import BuildLock
+layout = Layout(Path(sys.argv[1]))
+lock = BuildLock(layout, "k" * 64, Identity.from_env({}), mode="flock")
+def state():
+    return signal.getsignal(signal.SIGALRM) is signal.SIG_DFL and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+started = time.monotonic()
+timed_out = lock.wait_released(0.3)
+took = time.monotonic() - started
+looked = lock.wait_released(0)
+print(timed_out, round(took, 2), looked, state(), threading.active_count(), flush=True)
+threading.Timer(0.5, Path(sys.argv[2]).touch).start()
+started = time.monotonic()
+print(lock.wait_released(60), round(time.monotonic() - started, 2), state(), flush=True)
+"""
+
+def test_a_waiter_blocked_in_its_main_thread_wakes_at_the_release_and_leaves_no_timer(cache: Path,
+                                                                                      tmp_path: Path) -> None:
+    """The main thread waits on the flock itself (an interval timer cuts the wait short): False when the time is
+    up (no helper thread started), True as soon as the holder lets go; SIGALRM and the timer left as found."""
+    lock = _lock(cache)
+    with _held(lock.layout.lock_path(lock.lock_id), tmp_path / "release") as holder:
+        run = subprocess.run([sys.executable, "-c", MAIN_THREAD_WAIT, str(cache), str(tmp_path / "release")],
+                             capture_output=True, text=True, timeout=120, env=env_for())
+        assert run.returncode == 0, run.stderr
+        first, second = (line.split() for line in run.stdout.splitlines())
+        assert first[0] == "False" and 0.25 <= float(first[1]) < 10 and first[2:] == ["False", "True", "1"], first
+        assert second[0] == "True" and float(second[1]) < 30 and second[2] == "True", second  # the release, not 60 s
+        holder.wait(timeout=30)
+    assert lock.try_acquire(), "the shared lock of the wait is not kept"
+    lock.release()
+
+
+#: the pause of an init that only waits, in a process of its own: on a lock file nobody holds, on one that does not
+#: exist (not made), then on one whose holder lets go after 0.5 s; how long each took
+PAUSES = """
+import sys, threading, time
+from pathlib import Path
+from trtwarm.volume import lockwait
+held, missing, release = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+def took(path, seconds):
+    started = time.monotonic()
+    lockwait.pause(path, seconds)
+    return round(time.monotonic() - started, 2)
+free = took(missing.with_name("free.lock"), 0.3)
+absent = took(missing, 0.3)
+threading.Timer(0.5, release.touch).start()
+print(free, absent, missing.exists(), took(held, 60), flush=True)
+"""
+
+
+def test_the_pause_of_an_init_that_only_waits_ends_at_the_release_and_never_makes_the_lock_file(
+        cache: Path, tmp_path: Path) -> None:
+    lock = _lock(cache)
+    held = lock.layout.lock_path(lock.lock_id)
+    (held.parent / "free.lock").touch()
+    with _held(held, tmp_path / "release"):
+        run = subprocess.run([sys.executable, "-c", PAUSES, str(held), str(held.parent / "missing.lock"),
+                              str(tmp_path / "release")], capture_output=True, text=True, timeout=120, env=env_for())
+    assert run.returncode == 0, run.stderr
+    free, absent, made, released = run.stdout.split()
+    assert float(free) >= 0.25 and float(absent) >= 0.25 and made == "False", run.stdout  # slept the whole pause
+    assert float(released) < 30, run.stdout  # woke at the release, not after 60 s
+
+
+def test_a_waiter_in_another_thread_or_beside_someones_sigalrm_waits_in_a_helper_thread(cache: Path,
+                                                                                         tmp_path: Path) -> None:
+    """Where the main thread's timer is not free (not the main thread, or SIGALRM handled by the embedding
+    program), the wait runs in a helper thread and the program's SIGALRM is left alone."""
+    lock = _lock(cache)
+    alarms: list[int] = []
+    with _held(lock.layout.lock_path(lock.lock_id), tmp_path / "release") as holder:
+        got: list[bool] = []
+        waiter = threading.Thread(target=lambda: got.append(lock.wait_released(0.3)))
+        waiter.start()
+        waiter.join(timeout=30)
+        assert got == [False]
+        previous = signal.signal(signal.SIGALRM, lambda signum, _frame: alarms.append(signum))
+        try:
+            assert lock.wait_released(0.3) is False
+            assert signal.getsignal(signal.SIGALRM) is not signal.SIG_DFL and alarms == []
+            (tmp_path / "release").touch()
+            assert lock.wait_released(60) is True
+        finally:
+            signal.signal(signal.SIGALRM, previous)
+        holder.wait(timeout=30)
+
+
+def test_sigterm_to_a_waiter_blocked_on_the_lock_exits_143_at_once(model: Path, cache: Path, tmp_path: Path) -> None:
+    counter, gate = tmp_path / "builds", tmp_path / "gate"
+    gate.touch()
+    command = gated_command(counter, gate)
+    builder = spawn(init_args(model, cache, tmp_path / "h0", command))
+    wait_until(counter.exists, timeout=60)
+    waiter = spawn(init_args(model, cache, tmp_path / "h1", command))
+    wait_for_log(waiter, "waiting for")
+    time.sleep(0.5)  # well inside a wait on the flock
+    stopped = time.monotonic()
+    waiter.send_signal(signal.SIGTERM)
+    code, summary, err = finish(waiter, timeout=60)
+    assert code == 143 and summary["exit_code"] == 143, err
+    assert time.monotonic() - stopped < 10 and "Traceback" not in err
+    gate.unlink()
+    assert finish(builder)[0] == 0

@@ -74,7 +74,7 @@ ALLOWED = {
     ("trtwarm/trust/keys.py", "generate", "os.open"): "`keys generate` writing the operator's new key (O_EXCL)",
     ("trtwarm/trust/keys.py", "generate", "os.chmod"): "the operator's new key file, just made O_EXCL",
     ("trtwarm/trust/keys.py", "generate", ".unlink"): "the operator's half-written new key file",
-    ("trtwarm/volume/lock.py", "_wait_shared", "os.open"): "a lock file (flock target): O_NOFOLLOW, never read",
+    ("trtwarm/volume/lockwait.py", "_lock_file", "os.open"): "a lock file (flock target): O_NOFOLLOW, never read",
     ("trtwarm/remote/oci/image.py", "write_layer", "open"): "/proc/<pid>/fd/<n> of a verified descriptor (the file "
                                                             "checked, whatever its name leads to now)",
     ("trtwarm/init/handoff.py", "write", "atomic_symlink"): "the engine link directly in --handoff-dir",

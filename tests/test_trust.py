@@ -358,3 +358,32 @@ def test_ls_shows_a_re_signed_entry_as_ok_without_another_verify(model: Path, ca
     after = run_trtwarm("ls", "--cache-dir", str(cache), "--json")
     assert after.returncode == 0, after.stderr
     assert [(r["status"], r["problem"]) for r in json.loads(after.stdout)] == [("ok", None)]
+
+
+def test_a_consumer_imports_the_verifier_while_it_waits_not_after_the_publish(tmp_path: Path) -> None:
+    """A Pod of a storm that waits for a signed entry (here: enforce without a signing key, with a node-local stamp
+    directory that already exists, so the lookup itself does not preload) has the verifier imported before the entry
+    appears: after the publish, every waiter would pay that import at once."""
+    from conftest import spawn, wait_for_log
+
+    model, cache = make_model(tmp_path / "m.onnx"), tmp_path / "cache"
+    private, public = keypair(tmp_path, "ci")
+    enforce = policy(tmp_path, "enforce", public)
+    gate, stamps = tmp_path / "gate", tmp_path / "stamps"
+    gate.touch()
+    stamps.mkdir(mode=0o700)
+    command = f"sh -c 'while [ -e {gate} ]; do sleep 0.05; done; cp {{model}} {{output}}'"
+    common = ["--build-command", command, "--trust-policy", str(enforce), "--handoff", "link"]
+    builder = spawn(cmd_init_args(model, cache, tmp_path / "hb", *common, "--signing-key", str(private)))
+    wait_for_log(builder, "building")
+    consumer = spawn(cmd_init_args(model, cache, tmp_path / "hc", *common, "--stamp-dir", str(stamps)),
+                     env={"PYTHONPROFILEIMPORTTIME": "1"})
+    try:
+        wait_for_log(consumer, "waiting for a builder with a trusted signing key")
+        wait_for_log(consumer, "cryptography.hazmat.primitives.asymmetric.ed25519")  # before anything is published
+        assert not entries(cache)
+    finally:
+        gate.unlink()
+    out, _ = consumer.communicate(timeout=120)
+    assert consumer.returncode == 0 and json.loads(out.strip().splitlines()[-1])["result"] == "waited"
+    assert builder.wait(timeout=120) == 0

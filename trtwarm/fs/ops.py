@@ -135,7 +135,7 @@ def read_bounded_stat(path: Path, limit: int, dir_fd: int | None = None, *,
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise OSError(errno.EINVAL, "not a regular file", str(path))
-        data = read_fd(fd, limit)
+        data = read_fd(fd, limit, st.st_size)
     finally:
         os.close(fd)
     if len(data) > limit:
@@ -143,13 +143,17 @@ def read_bounded_stat(path: Path, limit: int, dir_fd: int | None = None, *,
     return data, st
 
 
-def read_fd(fd: int, limit: int) -> bytes:
+def read_fd(fd: int, limit: int, expect: int | None = None) -> bytes:
     """Up to *limit* + 1 bytes of the regular file behind *fd*, from its start (``pread``: its offset is kept), so
-    the caller sees whether it holds more than *limit*."""
+    the caller sees whether it holds more than *limit*. *expect*: its size as the caller's ``fstat`` saw it, which
+    sizes the first read (else a buffer of *limit* + 1 bytes is allocated for a file of a few hundred); a file that
+    has grown since is read on to *limit* + 1 all the same."""
     chunks, size = [], 0
-    while size <= limit and (chunk := os.pread(fd, limit + 1 - size, size)):
+    want = limit + 1 if expect is None else min(limit, max(expect, 0)) + 1
+    while size <= limit and (chunk := os.pread(fd, want, size)):
         chunks.append(chunk)
         size += len(chunk)
+        want = limit + 1 - size
     return b"".join(chunks)
 
 

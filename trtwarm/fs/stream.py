@@ -5,7 +5,8 @@ For each piece (at most :data:`BUFFER` bytes, never across a chunk's end) the ca
 whole-file digest while helper threads hash it into its chunk's digest, write it to the destination, and read the next
 piece into the other of two buffers. All of them see the same bytes in memory: what is written is what was hashed,
 and the source is read once. The pass costs one SHA-256 of the file in wall time where three cores are free (the
-other stages are shorter), instead of the sum of every stage.
+other stages are shorter), instead of the sum of every stage. A file of at most :data:`SEQUENTIAL` bytes is passed
+over in the calling thread alone, through one small buffer (:data:`SMALL_BUFFER`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ import os
 BUFFER = 1 << 20
 #: below this many bytes a pass runs in the calling thread alone: starting threads costs more than they save
 SEQUENTIAL = 4 << 20
+#: bytes per read of such a pass, into one buffer: measured in a fresh process (docs/benchmarks.md, "The storm"): a
+#: 1 MiB engine is checked in 0.7 ms CPU with 64 KiB reads and in 1.4 ms with 1 MiB ones, most of the difference the
+#: first touch of a large buffer's pages (a waiter of a storm, or a hit, checks one small engine once)
+SMALL_BUFFER = 64 << 10
 
 
 def read_into(fd: int, view: memoryview, offset: int) -> int:
@@ -84,9 +89,9 @@ def stream(sfd: int, dfd: int | None, chunk_bytes: int | None, stop: int | None)
     """``(whole-file SHA-256, bytes read, [chunk SHA-256s])`` of *sfd* read to its end or to *stop* bytes; each piece
     written to *dfd* at its offset. *chunk_bytes* None: no chunk digests (``[]``)."""
     expect = stop if stop is not None else os.fstat(sfd).st_size
-    threaded = expect > SEQUENTIAL
-    reader, chunker, writer = _Stage(threaded), _Stage(threaded and chunk_bytes is not None), \
-        _Stage(threaded and dfd is not None)
+    if expect <= SEQUENTIAL:
+        return _small(sfd, dfd, chunk_bytes, stop)
+    reader, chunker, writer = _Stage(True), _Stage(chunk_bytes is not None), _Stage(dfd is not None)
     try:
         return _pass(sfd, dfd, chunk_bytes, stop, reader, chunker, writer)
     finally:
@@ -94,10 +99,46 @@ def stream(sfd: int, dfd: int | None, chunk_bytes: int | None, stop: int | None)
             stage.stop()
 
 
+class _Sums:
+    """The whole-file SHA-256 of the bytes passed so far and, with *chunk_bytes*, the SHA-256 of each chunk."""
+
+    def __init__(self, chunk_bytes: int | None) -> None:
+        self.whole, self.chunk, self.digests = hashlib.sha256(), hashlib.sha256(), []
+        self.chunked, self.span = chunk_bytes is not None, chunk_bytes or (1 << 62)
+        self.size = self.filled = 0  # bytes passed, and of them in the current chunk
+
+    def passed(self, got: int) -> None:
+        """*got* more bytes were hashed (into :attr:`whole` and :attr:`chunk`): close the chunk they complete."""
+        self.size, self.filled = self.size + got, self.filled + got
+        if self.filled == self.span:
+            self.digests.append(self.chunk.hexdigest())
+            self.chunk, self.filled = hashlib.sha256(), 0
+
+    def result(self) -> tuple[str, int, list[str]]:
+        if self.filled and self.chunked:
+            self.digests.append(self.chunk.hexdigest())
+        return self.whole.hexdigest(), self.size, self.digests
+
+
+def _small(sfd: int, dfd: int | None, chunk_bytes: int | None, stop: int | None) -> tuple[str, int, list[str]]:
+    """:func:`stream` of a small file in the calling thread: read a piece, hash it, write it, read the next."""
+    sums, buffer = _Sums(chunk_bytes), memoryview(bytearray(SMALL_BUFFER))
+    while got := read_into(sfd, buffer[:min(SMALL_BUFFER, sums.span - sums.filled,
+                                            (stop - sums.size) if stop is not None else SMALL_BUFFER)], sums.size):
+        data = buffer[:got]
+        sums.whole.update(data)
+        if sums.chunked:
+            sums.chunk.update(data)
+        if dfd is not None:
+            write_all(dfd, data, sums.size)
+        sums.passed(got)
+    return sums.result()
+
+
 def _pass(sfd: int, dfd: int | None, chunk_bytes: int | None, stop: int | None, reader: _Stage, chunker: _Stage,
           writer: _Stage) -> tuple[str, int, list[str]]:
-    whole, chunk, digests, size, filled = hashlib.sha256(), hashlib.sha256(), [], 0, 0
-    span = chunk_bytes or (1 << 62)
+    sums = _Sums(chunk_bytes)
+    span = sums.span
     buffers = [memoryview(bytearray(min(BUFFER, span))) for _ in range(2)]
 
     def want(at: int, in_chunk: int) -> int:
@@ -107,22 +148,18 @@ def _pass(sfd: int, dfd: int | None, chunk_bytes: int | None, stop: int | None, 
     turn = 0
     while got := reader.wait():
         data = buffers[turn][:got]
-        after = filled + got if filled + got < span else 0
-        reader.start(read_into, sfd, buffers[1 - turn][:want(size + got, after)], size + got)
-        if chunk_bytes is not None:
-            chunker.start(chunk.update, data)
+        after = sums.filled + got if sums.filled + got < span else 0
+        reader.start(read_into, sfd, buffers[1 - turn][:want(sums.size + got, after)], sums.size + got)
+        if sums.chunked:
+            chunker.start(sums.chunk.update, data)
         if dfd is not None:
-            writer.start(write_all, dfd, data, size)
-        whole.update(data)
+            writer.start(write_all, dfd, data, sums.size)
+        sums.whole.update(data)
         chunker.wait()
         writer.wait()
-        size, filled, turn = size + got, filled + got, 1 - turn
-        if filled == span:
-            digests.append(chunk.hexdigest())
-            chunk, filled = hashlib.sha256(), 0
-    if filled and chunk_bytes is not None:
-        digests.append(chunk.hexdigest())
-    return whole.hexdigest(), size, digests
+        sums.passed(got)
+        turn = 1 - turn
+    return sums.result()
 
 
 __all__ = ["BUFFER", "SEQUENTIAL", "read_into", "stream", "write_all"]

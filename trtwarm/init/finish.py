@@ -39,7 +39,8 @@ def _hand_over(plan: Plan, entry: Entry, result: str, start: float, *, said: Any
     if entry.name != plan.name:  # found by its key under another --name: report the entry that is on the volume
         log.info("%s is on the volume as %s (built with another --name)", plan.label, entry.name)
         plan.name = entry.name
-    plan.store.touch_use(plan.key)
+    if result != "waited":  # it appeared while this init waited: published just now, and its builder marks the
+        plan.store.touch_use(plan.key)  # use (and gc falls back to the manifest's "created"), not a storm of waiters
     plan.seconds["total"] = time.monotonic() - start
     _emit_outcome(plan, result)
     report = _report(plan, entry, result)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -86,8 +86,7 @@ def write(handoff_dir: Path, report: WarmReport) -> None:
     """Write ``engine.json`` and point the ``engine`` symlink at the engine, both atomically."""
     handoff_dir.mkdir(parents=True, exist_ok=True)
     atomic_symlink(Path(report.path), handoff_dir / LINK)
-    doc = asdict(report)
-    doc["ready"] = True
+    doc = {**vars(report), "ready": True}  # a shallow view: json.dumps only reads it (asdict deep-copies each value)
     # not fsynced: the hand-off dir is the Pod's emptyDir, which a node crash (the only thing that loses the page
     # cache) takes away with the Pod; a container restart sees the data, and the atomic rename still hides halves
     atomic_write_json(handoff_dir / REPORT, doc, durable=False)

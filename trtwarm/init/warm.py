@@ -22,6 +22,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,9 @@ from trtwarm.fs.ops import FULL_ERRNOS, READ_ONLY_ERRNOS
 from trtwarm.init.handoff import WarmReport
 from trtwarm.init.plan import Plan, resolve
 from trtwarm.init.publish import build_and_publish, check_build_dir
-from trtwarm.volume import leases
+from trtwarm.volume import leases, lockwait
 from trtwarm.volume.layout import Layout, volume_error
-from trtwarm.volume.lock import BuildLock
+from trtwarm.volume.lock import BuildLock, detect_mode
 from trtwarm.volume.stamps import on_volume
 from trtwarm.volume.store import EngineStore
 from trtwarm.volume.entry import Entry
@@ -87,6 +88,7 @@ def _single_flight(plan: Plan) -> tuple[Entry | None, str]:
     plan.layout.ensure()
     lock = BuildLock(plan.layout, plan.key, s.identity, mode=s.lock_mode, timeout=s.lock_timeout,
                      on_wait=_on_wait(plan), progress=s.progress_interval, label=plan.name)
+    plan.gate.preload(waiting=True)  # a pull or a build needs the verifier too
     result, ours = "waited", None
     if lock.take_or_wait(lambda: plan.store.find(plan.key, plan.name) is not None):
         try:
@@ -145,11 +147,13 @@ def _wait_read_only(plan: Plan) -> tuple[Entry | None, str]:
     """Wait for a verified (and, under a policy, trusted) entry without building. :raises LockTimeoutError:"""
     why, what, hint = _wait_reason(plan)
     log.info("%s: waiting for %s %s (up to %.0f s)", why, what, plan.label, plan.settings.lock_timeout)
+    plan.gate.preload(waiting=True)
+    pause = _pauser(plan)
     start = last = time.monotonic()
     if plan.remote is not None and (found := _single_flight(plan))[1] != "absent":
         return found
     while (elapsed := time.monotonic() - start) < plan.settings.lock_timeout:
-        time.sleep(0.5)
+        pause(0.5)
         if plan.store.find(plan.key, plan.name) is not None and not _unchanged_damage(plan) \
                 and (entry := _lookup(plan)) is not None:
             plan.seconds["wait"] = time.monotonic() - start
@@ -166,6 +170,16 @@ def _wait_read_only(plan: Plan) -> tuple[Entry | None, str]:
                           "quarantines and rebuilds it; `trtwarm verify --fix` on a writable mount quarantines it now")
     raise LockTimeoutError(f"{why}: no {'signed ' if not plan.settings.read_only else ''}engine for {plan.label} "
                            f"appeared within {plan.settings.lock_timeout:.0f} s", hint=hint)
+
+
+def _pauser(plan: Plan) -> Callable[[float], None]:
+    """The pause between looks of an init that only waits: the given seconds, or less when a builder of this key on
+    the volume lets go of its lock (it published, or failed) meanwhile; a plain sleep in ``lease`` mode."""
+    s = plan.settings
+    if (s.lock_mode if s.lock_mode != "auto" else detect_mode(plan.layout.root)[0]) != "flock":
+        return time.sleep
+    path = plan.layout.lock_path(plan.key)
+    return lambda seconds: lockwait.pause(path, seconds)
 
 
 def _build_or_wait(plan: Plan) -> tuple[Entry | None, str]:

@@ -169,12 +169,14 @@ class Gate:
         signer = keys.load_private(signing_key) if signing_key else None
         return cls(policy, mode, signer, signer is not None and not read_only)
 
-    def preload(self) -> None:
+    def preload(self, *, waiting: bool = False) -> None:
         """Before an entry is hashed: start the verifier's import in the background, so that it runs while the
         hashing has released the GIL (see :func:`trtwarm.trust.keys.preload`). Not where nothing is checked, nor
         where this node keeps a stamp directory already: it most likely holds this signature's verdict, and the
-        import would only take a core from the hit."""
-        if self.mode == "off" or (self.verdicts is not None and self.verdicts.directory.is_dir()):
+        import would only take a core from the hit. *waiting*: before this init waits for an entry someone else
+        publishes, whose signature no verdict of this node can cover: imported while it waits, not after the publish
+        (where a storm's waiters would each pay it at once)."""
+        if self.mode == "off" or (not waiting and self.verdicts is not None and self.verdicts.directory.is_dir()):
             return
         keys.preload()
 

@@ -29,9 +29,9 @@ from typing import Any
 from trtwarm.config import Identity
 from trtwarm.errors import LockTimeoutError
 from trtwarm.fs import safe
-from trtwarm.fs.atomic import below
 from trtwarm.fs.ops import mount_of, read_json_object
 from trtwarm.fs.ops import mountinfo as read_mountinfo
+from trtwarm.volume import lockwait
 from trtwarm.volume.layout import Layout
 
 log = logging.getLogger("trtwarm.lock")
@@ -39,10 +39,10 @@ LEASE_SECONDS = 30.0
 HEARTBEAT_SECONDS = 5.0
 PROGRESS_SECONDS = 10.0
 POLL_SECONDS = 0.02
-LEASE_POLL_SECONDS = 0.1
 #: the longest a waiter sleeps between looks for the entry, even while its shared flock has not been granted: an NFS
 #: client without lock callbacks retries a blocked lock on its own schedule (up to 30 s), a look costs one stat
 LOOK_SECONDS = 0.5
+LEASE_POLL_SECONDS = lockwait.PAUSE_SECONDS
 _NO_LOCKS = frozenset({errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS})
 
 
@@ -90,30 +90,6 @@ def file_lock(layout: Layout, lock_id: str, mode: str) -> Any:
                                       heartbeat_interval=HEARTBEAT_SECONDS, mode=0o664)
     return filelock.UnixFileLock(layout.lock_path(lock_id), mode=0o664, fallback_to_soft=False,
                                  preserve_lock_file=True)
-
-
-def _wait_shared(path: Path, released: threading.Event) -> None:
-    """Block on a shared flock of *path* (granted once no exclusive holder is left), drop it, set *released*."""
-    import fcntl
-
-    try:  # never a file a link points at, never in a directory a link swapped in for .locks points at
-        locks, name = below(path.parent.parent, path)
-        try:
-            fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o664, dir_fd=locks)
-        finally:
-            os.close(locks)
-    except OSError:  # cannot wait here: the caller tries the lock itself again after a pause
-        time.sleep(LEASE_POLL_SECONDS)
-        released.set()
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-    except OSError:
-        time.sleep(LEASE_POLL_SECONDS)
-    finally:
-        os.close(fd)
-        released.set()
 
 
 class BuildLock:
@@ -203,17 +179,23 @@ class BuildLock:
     def wait_released(self, seconds: float) -> bool:
         """Wait up to *seconds* for the current holder to let go (publish, fail or die); never takes the lock.
 
-        In ``flock`` mode a shared lock is requested in a helper thread: the kernel grants it to every waiter at once
-        when the holder's exclusive lock goes, so a storm of waiters wakes together instead of queueing for the lock
-        one after another. The shared lock is dropped at once. ``lease`` mode sleeps :data:`LEASE_POLL_SECONDS`.
+        In ``flock`` mode a shared lock is requested: the kernel grants it to every waiter at once when the holder's
+        exclusive lock goes, so a storm of waiters wakes together instead of queueing for the lock one after another.
+        The main thread requests it itself, an interval timer ending the wait
+        (:func:`~trtwarm.volume.lockwait.wait_here`: woken by the kernel, it is scheduled once after the publish);
+        any other thread, or a program that uses ``SIGALRM``, requests it in a helper thread that then wakes the
+        caller. The shared lock is dropped at once. ``lease``
+        mode sleeps :data:`LEASE_POLL_SECONDS`.
         :return: True when the holder let go (or may have), False when *seconds* passed first
         """
         if self.mode == "lease":
             time.sleep(min(seconds, LEASE_POLL_SECONDS))
             return True
+        if self._released is None and lockwait.may_wait_here():
+            return lockwait.wait_here(self.layout.lock_path(self.lock_id), seconds)
         if self._released is None:
             self._released = threading.Event()
-            threading.Thread(target=_wait_shared, args=(self.layout.lock_path(self.lock_id), self._released),
+            threading.Thread(target=lockwait.wait_shared, args=(self.layout.lock_path(self.lock_id), self._released),
                              name="trtwarm-lock-wait", daemon=True).start()
         if not self._released.wait(seconds):
             return False

@@ -170,13 +170,13 @@ class Dir:
         :raises FileNotFoundError: missing; :raises TooLarge: larger; :raises EntryInvalid: not a regular file
         """
         try:
-            fd, _st = self.open_file(name)
+            fd, st = self.open_file(name)
         except EntryInvalid as exc:
             if exc.reason.endswith("is missing"):
                 raise FileNotFoundError(errno.ENOENT, "missing", name) from None
             raise
         try:
-            data = read_fd(fd, limit)
+            data = read_fd(fd, limit, st.st_size)
         finally:
             os.close(fd)
         if len(data) > limit:
