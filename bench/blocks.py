@@ -148,14 +148,17 @@ def _show(table: str, write: bool, marker: str) -> int:
 
 
 def _replace_rows(pattern: str, rows: str) -> None:
-    """Replace the main table's run of rows matching *pattern* with *rows* (added at its end when absent)."""
+    """Replace the main table's run of rows matching *pattern* with *rows* (added at its end when absent). Only the
+    ``<!-- bench -->`` block is searched: a row of another table that starts with the same word stays."""
     readme = ROOT / "docs" / "benchmarks.md"
     text = readme.read_text()
-    if re.search(pattern, text, flags=re.M):
-        text = re.sub(rf"({pattern}\n)+", lambda m: rows + "\n", text, count=1, flags=re.M)
+    start, end = text.index("<!-- bench -->\n"), text.index("<!-- /bench -->")
+    block = text[start:end]
+    if re.search(pattern, block, flags=re.M):
+        block = re.sub(rf"({pattern}\n)+", lambda m: rows + "\n", block, count=1, flags=re.M)
     else:
-        text = text.replace("<!-- /bench -->", rows + "\n<!-- /bench -->")
-    readme.write_text(text)
+        block += rows + "\n"
+    readme.write_text(text[:start] + block + text[end:])
 
 
 ONLY: dict[str, Callable[[Profile, bool], int]] = {
