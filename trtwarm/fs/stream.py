@@ -23,6 +23,10 @@ SEQUENTIAL = 4 << 20
 #: 1 MiB engine is checked in 0.7 ms CPU with 64 KiB reads and in 1.4 ms with 1 MiB ones, most of the difference the
 #: first touch of a large buffer's pages (a waiter of a storm, or a hit, checks one small engine once)
 SMALL_BUFFER = 64 << 10
+#: bytes per write: measured (docs/benchmarks.md, "Buffers"): on the 2-core VM (Linux 6.18, ext4) 1 MiB writes into
+#: new page cache cost 8 times the system time of the same bytes in 128 KiB writes (1.96 s against 0.24 s per GiB),
+#: while the read's size changes nothing; ``cp`` writes 128 KiB too
+WRITE = 128 << 10
 
 
 def read_into(fd: int, view: memoryview, offset: int) -> int:
@@ -37,10 +41,10 @@ def read_into(fd: int, view: memoryview, offset: int) -> int:
 
 
 def write_all(fd: int, view: memoryview, offset: int) -> None:
-    """Write all of *view* to *fd* at *offset*."""
+    """Write all of *view* to *fd* at *offset*, at most :data:`WRITE` bytes per call."""
     done = 0
     while done < len(view):
-        done += os.pwrite(fd, view[done:], offset + done)
+        done += os.pwrite(fd, view[done:done + WRITE], offset + done)
 
 
 class _Stage:
@@ -162,4 +166,4 @@ def _pass(sfd: int, dfd: int | None, chunk_bytes: int | None, stop: int | None, 
     return sums.result()
 
 
-__all__ = ["BUFFER", "SEQUENTIAL", "read_into", "stream", "write_all"]
+__all__ = ["BUFFER", "SEQUENTIAL", "WRITE", "read_into", "stream", "write_all"]

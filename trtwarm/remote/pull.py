@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm.errors import RemoteError
+from trtwarm.fs.stream import write_all
 from trtwarm.remote.repo import Repository, blob_path, manifest_files
 from trtwarm.transport.waits import Transfer
 from trtwarm.volume.verified import Bytes, Dir
@@ -220,12 +221,10 @@ class _RangeWriter:
 
 
 def _write(fd: int, data: memoryview, pos: int) -> int:
-    """Write all of *data* at *pos* of *fd*. :return: the position after it"""
+    """Write all of *data* at *pos* of *fd* (:func:`trtwarm.fs.stream.write_all`). :return: the position after it"""
     view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, pos)
-        view, pos = view[written:], pos + written
-    return pos
+    write_all(fd, view, pos)
+    return pos + len(view)
 
 
 def _collect(futures: list[Any], starts: range, fd: int, stats: PullStats, *, whole: bool) -> str | None:
