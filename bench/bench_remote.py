@@ -316,6 +316,9 @@ def render(row: dict[str, object]) -> str:
 
 
 if __name__ == "__main__":
+    if {"-h", "--help"} & set(sys.argv[1:]):  # the docstring is the usage; nothing is built or measured
+        print(__doc__)
+        sys.exit(0)
     if sys.argv[1:2] == ["--init-vs-curl"]:  # python bench/bench_remote.py --init-vs-curl [MiB [ROUNDS [IDLE_S]]]
         with tempfile.TemporaryDirectory(prefix="trtwarm-bench-remote-") as tmp:
             size_arg = int(sys.argv[2]) * MiB if len(sys.argv) > 2 else 1024 * MiB

@@ -172,6 +172,9 @@ def write_readme(table: str) -> None:
 
 
 def main() -> int:
+    if {"-h", "--help"} & set(sys.argv[1:]):  # the docstring is the usage; nothing is built or measured
+        print(__doc__)
+        sys.exit(0)
     with tempfile.TemporaryDirectory(prefix="trtwarm-bench-images-") as tmp:
         table = render_images(bench_images(Path(tmp)))
     print(table)

@@ -4,6 +4,7 @@ completion, a mistyped command, and the answers to wrong shapes, variables and a
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -26,9 +27,17 @@ def _section(title: str) -> str:
     return README[start:end if end > 0 else None]
 
 
+def _every_command(parser, words=()):  # noqa: ANN001, ANN202
+    """``(words, parser)`` of every subcommand, nested ones (``remote ls``) included."""
+    for name, sub in subcommands(parser).items():
+        yield (*words, name), sub
+        yield from _every_command(sub, (*words, name))
+
+
 def test_help_names_every_flags_variable_and_what_each_exit_code_means() -> None:
-    for command, sub in subcommands(_parser()).items():
-        run = run_trtwarm(command, "--help")
+    for words, sub in _every_command(_parser()):
+        command = " ".join(words)
+        run = run_trtwarm(*words, "--help")
         assert run.returncode == 0, command
         text = " ".join(run.stdout.split())  # argparse wraps lines anywhere
         for flag, _action in long_options(sub):
@@ -179,6 +188,30 @@ def test_demo_removes_its_temporary_directory(tmp_path: Path) -> None:
     assert "run 2: hit " in run.stdout and " ms  demo-mlp_" in run.stdout
     assert "(temporary, removed at the end)" in run.stdout
     assert list(tmp_path.glob("trtwarm-demo-*")) == []
+
+
+def test_the_demo_run_again_in_its_workdir_reuses_what_it_built(tmp_path: Path) -> None:
+    """The quick start's first line, typed a second time: the kept cache gives two hits, which is success."""
+    first = run_trtwarm("demo", "--workdir", str(tmp_path / "demo"))
+    assert first.returncode == 0 and "(temporary" not in first.stdout, first.stdout + first.stderr
+    again = run_trtwarm("demo", "--workdir", str(tmp_path / "demo"))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "run 1: hit " in again.stdout and "demo ok: both starts reused" in again.stdout
+
+
+@pytest.mark.parametrize("command", ["remote ls", "init"])
+def test_s3_without_the_s3_extra_is_a_configuration_error(model: Path, tmp_path: Path, command: str) -> None:
+    """``pip install -e .`` leaves out obstore (the ``s3`` extra): ``--remote s3://`` says so, exit 2, not a bug's
+    exit 1. The package is made unimportable by a module of its name first on the path."""
+    hidden = tmp_path / "hidden" / "obstore"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError('obstore is not installed in this test')\n")
+    args = (["remote", "ls"] if command == "remote ls" else
+            cmd_init_args(model, tmp_path / "cache", tmp_path / "h"))
+    run = run_trtwarm(*args, "--remote", "s3://bucket/prefix",
+                      env={"PYTHONPATH": f"{hidden.parent}{os.pathsep}{ROOT}"})
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert "needs the obstore package" in run.stderr and "pip install 'trtwarm[s3]'" in run.stderr
 
 
 def _with_stdout(args: list[str], stdout: str) -> subprocess.CompletedProcess:

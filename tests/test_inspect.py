@@ -124,7 +124,10 @@ def test_ls_filters_by_model_builder_device_and_status(model: Path, long_model: 
     assert listed("--status", "in-use") == {short["name"], long_["name"]}  # each init's own lease
     assert listed("--status", "damaged") == set()
     text = run_trtwarm("ls", "--cache-dir", str(cache), "--builder", "tensorrt").stdout
-    assert "filtered; 2 entries on the volume" in text
+    assert "(filtered by --builder tensorrt, from the flags or their TRTWARM_* variables; 2 on the volume)" in text
+    # a variable left set in the shell filters as silently as a flag: the note names it
+    text = run_trtwarm("ls", "--cache-dir", str(cache), env={"TRTWARM_MODEL": "/elsewhere/m.onnx"}).stdout
+    assert "0 entries" in text and "filtered by --model /elsewhere/m.onnx" in text, text
 
 
 def test_ls_json_lists_a_build_in_progress(model: Path, cache: Path, tmp_path: Path) -> None:

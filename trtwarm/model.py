@@ -61,7 +61,9 @@ def parse_shape(spec: str) -> ShapeSpec:
                           "8x3x224x224:32x3x224x224")
     parts = dims.split(":")
     if len(parts) not in (1, 3):
-        raise ConfigError(f"malformed shape {spec!r}: expected 1 or 3 shapes separated by ':'")
+        raise ConfigError(f"malformed shape {spec!r}: expected 1 or 3 shapes separated by ':'",
+                          hint="use --shape NAME=MIN:OPT:MAX, e.g. input=1x3x224x224:8x3x224x224:32x3x224x224, or "
+                          "NAME=DIMS for a fixed shape")
     low, opt, high = (_dims(parts[0], spec),) * 3 if len(parts) == 1 else (_dims(p, spec) for p in parts)
     if not len(low) == len(opt) == len(high):
         raise ConfigError(f"shape {spec!r}: min, opt and max have different ranks")

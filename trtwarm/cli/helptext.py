@@ -45,13 +45,20 @@ def long_options(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argpars
 def annotate_env(parser: argparse.ArgumentParser) -> None:
     """Append ``[env TRTWARM_X]`` to the help of every long option of every subcommand (what
     :func:`trtwarm.config.env_defaults` reads), so ``--help`` names each variable next to its flag; and give every
-    subcommand the exit-code table as its epilog."""
-    for sub in subcommands(parser).values():
+    subcommand the exit-code table as its epilog; nested subcommands (``remote ls``, ``keys generate``) too."""
+    seen: set[int] = set()
+    todo = list(subcommands(parser).values())
+    while todo:
+        sub = todo.pop()
+        if id(sub) in seen:  # an alias names the same parser twice
+            continue
+        seen.add(id(sub))
         if not sub.epilog:
             sub.epilog, sub.formatter_class = exit_codes_epilog(), argparse.RawDescriptionHelpFormatter
         for flag, action in long_options(sub):
             text = (action.help or "").rstrip()
             action.help = f"{text} [env {env_name(flag)}]".lstrip()
+        todo.extend(subcommands(sub).values())
 
 
 def unknown_command(word: str, commands: Sequence[str]) -> ConfigError:

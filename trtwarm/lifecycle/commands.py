@@ -85,7 +85,8 @@ def _print_table(inv: Inventory, rows: list[dict[str, Any]], filters: Any, colum
     print(f"\n{len(shown)} {'entry' if len(shown) == 1 else 'entries'}, {human_bytes(sum(r['bytes'] for r in shown))}; "
           f"{sum(bool(r['pods']) for r in shown)} in use; {sum(r['status'] == 'building' for r in rows)} building; "
           f"{len(inv.quarantined)} quarantined"
-          + ("" if filters == Filters() else f" (filtered; {len(inv.entries)} entries on the volume)"))
+          + ("" if filters == Filters() else f" (filtered by {filters.describe()}, from the flags or their TRTWARM_* "
+                                              f"variables; {len(inv.entries)} on the volume)"))
     when = verified.get("finished") if verified else None
     last = f"last run {human_age(inv.now - when)} ago" if isinstance(when, (int, float)) else "never run here"
     print(f"status checks manifests and sizes only; `trtwarm verify` re-hashes every file ({last})")

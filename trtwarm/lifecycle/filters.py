@@ -66,6 +66,13 @@ class Filters:
         """From ``ls``'s parsed flags."""
         return cls(ns.model, ns.builder, ns.device, ns.status)
 
+    def describe(self) -> str:
+        """The filters in force as flags (``--model m.onnx, --device auto``): a ``TRTWARM_*`` variable left set in a
+        shell sets them as silently as a flag."""
+        return ", ".join(f"--{name} {value}" for name, value in
+                         (("model", self.model), ("builder", self.builder), ("device", self.device),
+                          ("status", self.status)) if value)
+
     @property
     def wants_quarantined(self) -> bool:
         """``--status quarantined`` lists them without ``--all``."""

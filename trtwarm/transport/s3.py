@@ -59,11 +59,7 @@ class ObjectStore:
         """The S3Store, built on first use. :raises ConfigError: obstore is missing, or a bad AWS setting"""
         with self._lock:
             if self._store is None:
-                try:
-                    from obstore.store import S3Store
-                except ImportError:
-                    raise ConfigError("--remote needs the obstore package, which is not installed",
-                                      hint="pip install 'trtwarm[s3]'") from None
+                S3Store = _obstore().store.S3Store  # noqa: N806 (a class)
                 try:
                     self._store = self._make(S3Store)
                 except (ValueError, TypeError, RuntimeError, Exception) as exc:  # noqa: BLE001 (obstore's own)
@@ -121,13 +117,13 @@ class ObjectStore:
     # --- the operations -----------------------------------------------------------------------------------------------
     def head(self, path: str) -> dict[str, Any]:
         """The object's metadata (``size``, ``e_tag``, ``last_modified``). :raises FileNotFoundError:"""
-        import obstore
+        obstore = _obstore()
 
         return dict(self.call("HEAD", path, obstore.head))
 
     def get(self, path: str, limit: int) -> bytes:
         """A small object's bytes (at most *limit*). :raises FileNotFoundError:; :raises RemoteError: larger"""
-        import obstore
+        obstore = _obstore()
 
         result = self.call("GET", path, obstore.get)
         if result.meta["size"] > limit:
@@ -139,7 +135,7 @@ class ObjectStore:
         until the next is asked for). The bulk of a pull: a URL obstore presigns, fetched by the transport's own
         client straight from the store (no hop through the gate; measured cheaper than obstore's own stream).
         :raises FileNotFoundError:, RemoteError:"""
-        import obstore
+        obstore = _obstore()
 
         url = self._real(self.call("SIGN", path, lambda s, p: obstore.sign(s, "GET", p, datetime.timedelta(hours=1))))
         what = f"GET {self.remote.url}/{path} at {start}"
@@ -174,7 +170,7 @@ class ObjectStore:
 
     def put_create(self, path: str, data: bytes) -> bool:
         """Create *path* only if absent (``If-None-Match: *``). :return: True if this call created it"""
-        import obstore
+        obstore = _obstore()
         from obstore.exceptions import AlreadyExistsError, PreconditionError
 
         try:
@@ -185,13 +181,13 @@ class ObjectStore:
 
     def put(self, path: str, data: bytes) -> None:
         """Write *path* unconditionally (small objects, one PUT)."""
-        import obstore
+        obstore = _obstore()
 
         self.call("PUT", path, obstore.put, data, use_multipart=False)
 
     def put_file(self, path: str, file: Path, part_size: int, concurrency: int) -> None:
         """Upload *file* with parallel multipart (bounded memory: about *concurrency* × *part_size*)."""
-        import obstore
+        obstore = _obstore()
 
         with open(file, "rb") as handle:
             self.call("PUT", path, obstore.put, handle, chunk_size=part_size, max_concurrency=concurrency)
@@ -199,7 +195,7 @@ class ObjectStore:
     def list(self, prefix: str, chunk: int | None = None) -> Iterator[dict[str, Any]]:
         """Every object under *prefix*, in increasing key order. :raises Refused: a key repeated or out of order
         (the store sends a page again), or more pages than :data:`~trtwarm.transport.limits.MAX_PAGES` hold"""
-        import obstore
+        obstore = _obstore()
 
         stream = self.call("LIST", prefix, lambda s, p: iter(obstore.list(s, prefix=p, chunk_size=chunk or 1000)))
         order = KeyOrder(f"LIST {self.remote.url}/{prefix}")
@@ -213,9 +209,20 @@ class ObjectStore:
 
     def delete(self, path: str) -> None:
         """Delete *path*. :raises FileNotFoundError: absent (on stores that say so)"""
-        import obstore
+        obstore = _obstore()
 
         self.call("DELETE", path, obstore.delete)
+
+
+def _obstore() -> Any:
+    """The ``obstore`` module (and its ``store`` submodule). :raises ConfigError: not installed (the ``s3`` extra)"""
+    try:
+        import obstore
+        import obstore.store  # noqa: F401 (``obstore.store.S3Store``)
+    except ImportError:
+        raise ConfigError("--remote s3:// needs the obstore package, which is not installed",
+                          hint="pip install 'trtwarm[s3]' (or use an oci:// registry, which needs no extra)") from None
+    return obstore
 
 
 class _Deadlines:
