@@ -366,6 +366,11 @@ def run_measured(args: list[str], env: dict[str, str], timeout: float = 180.0,
 # --- what every bad-day case shares ----------------------------------------------------------------------------------
 #: the engine the cases pull and push (bytes): long enough that a trickle or a cut lands inside its body
 ENGINE = 3 << 20
+#: waits faster than the defaults, so a case costs seconds; the default budget is measured by its own case
+FAST = {"TRTWARM_REMOTE_READ_TIMEOUT": "2s", "TRTWARM_REMOTE_RETRY_TIMEOUT": "3s",
+        "TRTWARM_REMOTE_CONNECT_TIMEOUT": "2s"}
+#: the most memory (MB) a process may reach on any bad day
+PEAK_MB = 300
 
 
 def build_args(model: Any, cache: Any, handoff: Any, url: str, *extra: str) -> list[str]:
@@ -385,6 +390,19 @@ def nothing_handed_over(tmp_path: Any) -> None:
     report = tmp_path / "h" / "engine.json"
     assert not report.exists() or json.loads(report.read_text()).get("ready") is False
     assert not (tmp_path / "h" / "engine").exists()
+
+
+def failed_within(run: Measured, tmp_path: Any, code: int, words: str, bound: float) -> None:
+    """A pull-only init that met a bad peer: exit *code* with *words* (a regex) in its log, within *bound* seconds
+    and :data:`PEAK_MB`, no traceback, nothing handed over."""
+    import re
+
+    assert run.returncode == code, run.stderr[-3000:]
+    assert re.search(words, run.stderr), run.stderr[-3000:]
+    assert run.seconds <= bound, (run.seconds, run.stderr[-2000:])
+    assert run.peak_mb < PEAK_MB, run.peak_mb
+    assert "Traceback" not in run.stderr
+    nothing_handed_over(tmp_path)
 
 
 def flip(request: Request, reply: Reply) -> Reply:
@@ -483,6 +501,6 @@ def _copy(src: socket.socket, dst: socket.socket) -> None:
         close_both(src, dst)
 
 
-__all__ = ["ENGINE", "Elsewhere", "Hostile", "Measured", "Reply", "Request", "after_seen", "answer", "build_args",
-           "duplicated", "endless", "flip", "forward", "hold", "huge", "nested", "nothing_handed_over", "rewrite",
-           "run_measured", "send", "trickle_body", "trickle_head", "TlsRelay"]
+__all__ = ["ENGINE", "FAST", "PEAK_MB", "Elsewhere", "Hostile", "Measured", "Reply", "Request", "after_seen", "answer",
+           "build_args", "duplicated", "endless", "failed_within", "flip", "forward", "hold", "huge", "nested",
+           "nothing_handed_over", "rewrite", "run_measured", "send", "trickle_body", "trickle_head", "TlsRelay"]

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, run_trtwarm
-from registry import Registry, registry_binary
+from registry import Registry, anonymous_env, registry_binary
 
 if registry_binary() is None:
     if os.environ.get("CI") == "true":
@@ -38,10 +38,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
-    home = tmp_path / "home"
-    home.mkdir()
-    return {"HOME": str(home), "XDG_RUNTIME_DIR": str(home), "DOCKER_CONFIG": str(home / ".docker"),
-            "REGISTRY_AUTH_FILE": ""}
+    return anonymous_env(tmp_path / "home")
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from conftest import cmd_init_args, debris, entries, ort_init_args, run_trtwarm, spawn, wait_until
-from registry import Registry, TokenServer, registry_binary
+from registry import Registry, TokenServer, anonymous_env, registry_binary
 from s3server import free_ports
 
 if registry_binary() is None:
@@ -44,10 +44,7 @@ def url(registry: Registry, request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     """No auth file of the user running the tests: anonymous, unless a test says otherwise."""
-    home = tmp_path / "home"
-    home.mkdir()
-    return {"HOME": str(home), "XDG_RUNTIME_DIR": str(home), "DOCKER_CONFIG": str(home / ".docker"),
-            "REGISTRY_AUTH_FILE": ""}
+    return anonymous_env(tmp_path / "home")
 
 
 def repo_of(url: str) -> str:

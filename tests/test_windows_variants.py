@@ -131,15 +131,12 @@ def test_a_push_to_an_oci_registry_never_uploads_a_file_a_link_swapped_in_points
     required`` (the push before the local publish, from staging's neighbour: the private build): a link to a
     credential file swapped in for the engine in ``.staging`` or in the published entry, right after each is
     written or read, is never followed; no blob in the registry's storage holds the credential."""
-    from registry import Registry, registry_binary
+    from registry import Registry, anonymous_env, registry_binary
 
     if registry_binary() is None:
         pytest.skip("docker-registry is not installed (apt-get install docker-registry)")
     outside = victim(tmp_path / "victim")
-    home = tmp_path / "home"
-    home.mkdir()
-    env = {"HOME": str(home), "XDG_RUNTIME_DIR": str(home), "DOCKER_CONFIG": str(home / ".docker"),
-           "REGISTRY_AUTH_FILE": ""}
+    env = anonymous_env(tmp_path / "home")
     server = Registry(tmp_path / "registry").start()
     try:
         Layout(cache).ensure()
@@ -289,15 +286,12 @@ def test_an_engine_image_never_packs_a_file_a_link_swapped_into_the_entry_points
     import io
     import tarfile
 
-    from registry import Registry, registry_binary
+    from registry import Registry, anonymous_env, registry_binary
 
     if registry_binary() is None:
         pytest.skip("docker-registry is not installed (apt-get install docker-registry)")
     outside = victim(tmp_path / "victim")
-    home = tmp_path / "home"
-    home.mkdir()
-    env = {"HOME": str(home), "XDG_RUNTIME_DIR": str(home), "DOCKER_CONFIG": str(home / ".docker"),
-           "REGISTRY_AUTH_FILE": ""}
+    env = anonymous_env(tmp_path / "home")
     matrix = tmp_path / "matrix.json"
     (tmp_path / model.name).write_bytes(model.read_bytes())
     matrix.write_text(json.dumps({"models": [{"model": model.name, "shape": ["input=1x16:8x16:32x16"]}],
