@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from trtwarm.errors import RemoteError
-from trtwarm.fs.stream import write_all
+from trtwarm.fs.stream import read_into, write_all
 from trtwarm.remote.repo import Repository, blob_path, manifest_files
 from trtwarm.transport.waits import Transfer
 from trtwarm.volume.verified import Bytes, Dir
@@ -81,10 +81,11 @@ def _hash_range(fd: int, digest: Any, buffer: bytearray, start: int, length: int
     page faults cost more than the copy). :raises BlobCorrupt: the file is shorter than the range (never expected)"""
     view, pos, end = memoryview(buffer), start, start + length
     while pos < end:
-        got = os.preadv(fd, [view[:min(len(buffer), end - pos)]], pos)
-        if got <= 0:
-            raise BlobCorrupt(f"the file being pulled ended at {pos}, before {end}", "")
-        digest.update(view[:got])  # hashlib releases the GIL for large buffers
+        want = view[:min(len(buffer), end - pos)]
+        got = read_into(fd, want, pos)
+        if got < len(want):
+            raise BlobCorrupt(f"the file being pulled ended at {pos + got}, before {end}", "")
+        digest.update(want)  # hashlib releases the GIL for large buffers
         pos += got
 
 
