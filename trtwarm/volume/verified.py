@@ -84,14 +84,7 @@ class Bytes:
         they are copied (a reflink where the filesystem offers one, then the copy is checked): None, or the path
         whose bytes did not match (changed in place since the check; the caller removes *target*). The copies'
         descriptors replace the originals here: from now on the copies are the verified bytes."""
-        for row in rows:
-            rel = row["path"]
-            dst = target.clone_in(self.fds[rel], rel, row, mode)
-            if dst is None:
-                return rel
-            os.close(self.fds[rel])
-            self.fds[rel] = dst
-        return None
+        return self.recheck(rows, lambda fd, row: target.clone_in(fd, row["path"], row, mode))
 
     def recheck(self, rows: list[dict[str, Any]], checker: Checker) -> str | None:
         """Pass each row's verified descriptor through *checker* again (e.g. the hand-off's copier: a private copy,
